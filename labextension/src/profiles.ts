@@ -1,0 +1,65 @@
+import { ServerConnection } from '@jupyterlab/services';
+
+import { requestAPI } from './api';
+
+/**
+ * One GPU type the admin configured (`raylab/profiles.py`, `GpuProfile.to_json`).
+ */
+export interface IGpuProfile {
+  name: string;
+  description: string;
+  resource_key: string;
+  node_selector: Record<string, string>;
+  tolerations: Record<string, string>[];
+  /** 0 for a CPU-only profile. */
+  max_gpus_per_worker: number;
+  default_cpus: string;
+  default_memory: string;
+}
+
+/**
+ * The defaults a request gets for the fields it leaves out.
+ */
+export interface IProfileDefaults {
+  gpu_type: string;
+  gpus: number;
+  workers: number;
+  image: string | null;
+  timeout: number;
+}
+
+/**
+ * The per-user limits the admin set.
+ */
+export interface IQuota {
+  max_gpus_per_user: number | null;
+  max_clusters_per_user: number | null;
+  max_workers_per_cluster: number | null;
+}
+
+/**
+ * The reply of `GET <baseUrl>raylab/profiles`.
+ */
+export interface IProfilesReply {
+  gpu_types: IGpuProfile[];
+  defaults: IProfileDefaults;
+  backend: string;
+  quota: IQuota;
+}
+
+/**
+ * Fetch the GPU profiles, defaults and quota the server offers.
+ */
+export async function fetchProfiles(
+  settings?: ServerConnection.ISettings
+): Promise<IProfilesReply> {
+  const reply = await requestAPI<IProfilesReply | undefined>(
+    'profiles',
+    { method: 'GET' },
+    settings
+  );
+  if (!reply || !Array.isArray(reply.gpu_types)) {
+    throw new Error('unexpected reply from raylab/profiles: no gpu_types');
+  }
+  return reply;
+}

@@ -1,0 +1,46 @@
+"""The small interface every backend implements (local processes, KubeRay)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from ..model import ClusterInfo
+from ..spec import ClusterSpec
+
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+@dataclass(frozen=True)
+class ClusterEvent:
+    type: EventType
+    cluster: ClusterInfo
+
+
+class Backend(Protocol):
+    """Operations on clusters. Ownership and quotas are the service's job, not the backend's."""
+
+    name: str
+
+    def create(self, spec: ClusterSpec, owner: str) -> ClusterInfo:
+        """Start creating; returns at once or after the cheap first step. Raises Conflict
+        when the name is taken."""
+        ...
+
+    def get(self, name: str) -> ClusterInfo | None: ...
+
+    def list(self, owner: str | None = None) -> list[ClusterInfo]: ...
+
+    def delete(self, name: str) -> None: ...
+
+    def scale(self, name: str, workers: int) -> ClusterInfo: ...
+
+    def set_suspended(self, name: str, suspended: bool) -> ClusterInfo: ...
+
+    def logs(self, name: str, tail: int = 200) -> str: ...
+
+    def watch(self, stop: threading.Event) -> Iterator[ClusterEvent]:
+        """Yield every change until `stop` is set; starts with ADDED for each cluster."""
+        ...

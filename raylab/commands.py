@@ -1,0 +1,340 @@
+"""The verbs of `%raycluster` and `raylab`: one parser, one implementation.
+
+Magics and CLI differ only in how they show things (`Output`) and whether they may
+connect the current process to a cluster (a kernel may; a shell command may not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import shlex
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn, Protocol
+
+from . import render
+from .backends import BACKENDS, make_backend
+from .config import Settings
+from .errors import RaylabError, SpecError
+from .model import ClusterInfo, Phase
+from .service import ClusterService, current_user
+
+VERBS = {
+    "up": "create a cluster (or reuse yours of that name), wait for it, connect",
+    "down": "delete a cluster and everything it runs",
+    "list": "your clusters",
+    "status": "one cluster's status (the connected one by default)",
+    "connect": "connect this kernel to a cluster",
+    "disconnect": "disconnect this kernel",
+    "scale": "change the number of workers",
+    "suspend": "stop a cluster's processes/pods, keeping its definition",
+    "resume": "start a suspended cluster again",
+    "logs": "the head's log",
+    "dashboard": "the Ray dashboard's address",
+}
+
+
+class CommandError(Exception):
+    """Bad command-line input: shown as one line, no traceback."""
+
+
+class HelpShown(Exception):
+    """--help was asked for; the text is the message."""
+
+
+class Output(Protocol):
+    def line(self, text: str) -> None: ...
+    def warn(self, text: str) -> None: ...
+    def table(self, clusters: list[ClusterInfo], owner: bool) -> None: ...
+    def block(self, text: str) -> None: ...
+    def link(self, url: str, label: str) -> None: ...
+    def card(self, info: ClusterInfo) -> None: ...
+    def progress(self, info: ClusterInfo, started: float) -> Any: ...
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise CommandError(_friendlier(message, self))
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        raise HelpShown(self.format_help())
+
+    def print_help(self, file: Any = None) -> None:
+        raise HelpShown(self.format_help())
+
+
+def _friendlier(message: str, parser: argparse.ArgumentParser) -> str:
+    if "required: VERB" in message:
+        return f"a verb is required; choose one of: {', '.join(VERBS)} (`{parser.prog} --help`)"
+    if "invalid choice" in message and "VERB" in message:
+        bad = message.split("invalid choice:", 1)[1].split("(")[0].strip()
+        return f"unknown verb {bad}; choose one of: {', '.join(VERBS)}"
+    return message
+
+
+def _unknown(extra: list[str], parser: argparse.ArgumentParser) -> str:
+    """Name the first argument the verb does not take, with the closest real option."""
+    options = [o for a in parser._actions for o in a.option_strings]
+    for arg in extra:
+        if arg.startswith("-"):
+            close = difflib.get_close_matches(arg.split("=")[0], options, n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            return f"unknown option {arg}{hint} (`{parser.prog} --help` lists them)"
+    return f"unexpected argument {extra[0]!r} (`{parser.prog} --help` shows usage)"
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    parser = _Parser(prog=prog, description="Ray clusters for this notebook.", allow_abbrev=False)
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+    verbs.required = True
+
+    def verb(name: str) -> argparse.ArgumentParser:
+        p = verbs.add_parser(name, help=VERBS[name], description=VERBS[name], allow_abbrev=False)
+        p.add_argument("--backend", choices=BACKENDS, help="default: the configured one")
+        return p
+
+    up = verb("up")
+    up.add_argument("--name", help="DNS label, at most 40 characters (default: generated)")
+    up.add_argument("--gpus", help="GPUs in the whole cluster, split evenly across workers")
+    up.add_argument("--gpu-type", dest="gpu_type", help="a configured GPU type, e.g. a100")
+    up.add_argument("--workers", help="worker nodes (default from the profile)")
+    up.add_argument("--cpus", help="CPUs per worker, e.g. 16 or 500m")
+    up.add_argument("--memory", help="memory per worker, e.g. 64Gi")
+    up.add_argument("--image", help="Ray image (KubeRay)")
+    up.add_argument("--min-workers", dest="min_workers", help="autoscaling lower bound")
+    up.add_argument("--max-workers", dest="max_workers", help="autoscaling upper bound")
+    up.add_argument("--no-connect", dest="connect", action="store_false")
+    up.add_argument("--timeout", type=_seconds, help="seconds to wait for Ready")
+    for name in ("down", "connect", "scale", "suspend", "resume", "logs", "dashboard"):
+        verb(name).add_argument("name", metavar="NAME")
+    verbs.choices["scale"].add_argument("--workers", required=True)
+    verbs.choices["logs"].add_argument("--tail", type=int, default=200)
+    verbs.choices["connect"].add_argument("--timeout", type=_seconds)
+    verb("list").add_argument("--all", action="store_true", help="every user's (admins)")
+    verb("status").add_argument("name", metavar="NAME", nargs="?")
+    verb("disconnect")
+    return parser
+
+
+def _subparser(parser: argparse.ArgumentParser, verb: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            sub: argparse.ArgumentParser = action.choices[verb]
+            return sub
+    return parser
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 7 * 86400:
+        raise argparse.ArgumentTypeError(f"{text} is out of range; use 1 to 604800 seconds")
+    return value
+
+
+class Commands:
+    def __init__(
+        self,
+        output: Output,
+        *,
+        prog: str,
+        may_connect: bool,
+        settings: Settings | None = None,
+        user: str | None = None,
+    ) -> None:
+        self.out = output
+        self.prog = prog
+        self.may_connect = may_connect
+        self._settings = settings
+        self.user = user or current_user()
+        self.parser = build_parser(prog)
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            self._settings = Settings.load()
+        return self._settings
+
+    def service(self, backend: str | None) -> ClusterService:
+        admin = self.user in self.settings.options.admin_users
+        return ClusterService(
+            make_backend(backend or self.settings.backend, self.settings), self.settings,
+            self.user, admin=admin,
+        )  # fmt: skip
+
+    def run_line(self, line: str) -> Any:
+        try:
+            argv = shlex.split(line)
+        except ValueError as exc:
+            raise CommandError(f"cannot parse the line: {exc}") from None
+        return self.run(argv)
+
+    def run(self, argv: list[str]) -> Any:
+        args, extra = self.parser.parse_known_args(argv)
+        if extra:
+            raise CommandError(_unknown(extra, _subparser(self.parser, args.verb)))
+        handler: Callable[[argparse.Namespace], Any] = getattr(self, f"do_{args.verb}")
+        try:
+            return handler(args)
+        except SpecError as exc:
+            raise CommandError(exc.for_command_line()) from None
+
+    # --- verbs --------------------------------------------------------------------
+
+    def do_up(self, args: argparse.Namespace) -> ClusterInfo:
+        fields = ("name", "gpus", "gpu_type", "workers", "cpus", "memory", "image",
+                  "min_workers", "max_workers")  # fmt: skip
+        request = {f: getattr(args, f) for f in fields if getattr(args, f) is not None}
+        service = self.service(args.backend)
+        timeout = args.timeout or self.settings.profiles.defaults.timeout
+        started = time.time()
+        info, created = service.create(request)
+        if not created:
+            self.out.line(f"{info.name} already exists ({info.phase}); using it.")
+        if info.logical_gpus and created:
+            self.out.warn(
+                f"this machine has fewer GPUs than the {info.spec.gpus} requested: the local "
+                "backend declares them as logical GPUs (tasks get CUDA_VISIBLE_DEVICES, "
+                "not a device)"
+            )
+        view = self.out.progress(info, started)
+        connect = args.connect and self.may_connect
+        with _live(service, info.name, view):
+            if connect:
+                # Connect as soon as the head is up, while the workers start.
+                head = service.wait(info.name, _head_up, timeout, view.update)
+                view.update(note="Connecting this kernel through Ray Client…")
+                self._connect(head)
+            info = service.wait(info.name, _ready, max(1.0, timeout - (time.time() - started)),
+                                view.update)  # fmt: skip
+        view.stop_clock()
+        view.update(info, note=self._connected_note(info) if connect else "")
+        if not connect:
+            self.out.line(render.connect_code(info))
+        return info
+
+    def do_down(self, args: argparse.Namespace) -> None:
+        from .connect import connected_cluster, disconnect
+
+        service = self.service(args.backend)
+        service.get(args.name)
+        if connected_cluster() == args.name:
+            disconnect()
+        service.delete(args.name)
+        self.out.line(f"Deleted {args.name}.")
+
+    def do_list(self, args: argparse.Namespace) -> list[ClusterInfo]:
+        service = self.service(args.backend)
+        clusters = service.list(everyone=args.all)
+        self.out.table(clusters, args.all and service.admin)
+        return clusters
+
+    def do_status(self, args: argparse.Namespace) -> ClusterInfo | list[ClusterInfo]:
+        from .connect import connected_cluster
+
+        name = args.name or connected_cluster()
+        if name is None:
+            return self.do_list(argparse.Namespace(backend=args.backend, all=False))
+        info = self.service(args.backend).get(name)
+        self.out.card(info)
+        return info
+
+    def do_connect(self, args: argparse.Namespace) -> ClusterInfo:
+        if not self.may_connect:
+            raise CommandError(
+                "connect attaches a notebook kernel; in Python use "
+                f"`%load_ext raylab` then `%raycluster connect {args.name}`"
+            )
+        service = self.service(args.backend)
+        info = service.get(args.name)
+        if not info.head_ready:
+            timeout = args.timeout or self.settings.profiles.defaults.timeout
+            view = self.out.progress(info, time.time())
+            info = service.wait(args.name, _head_up, timeout, view.update)
+        self._connect(info)
+        self.out.line(self._connected_note(info))
+        return info
+
+    def do_disconnect(self, args: argparse.Namespace) -> None:
+        from .connect import disconnect
+
+        was = disconnect()
+        self.out.line(f"Disconnected from {was}." if was else "Not connected to a cluster.")
+
+    def do_scale(self, args: argparse.Namespace) -> ClusterInfo:
+        info = self.service(args.backend).scale(args.name, args.workers)
+        self.out.line(f"Scaling {info.name} to {info.workers_desired} workers.")
+        self.out.card(info)
+        return info
+
+    def do_suspend(self, args: argparse.Namespace) -> ClusterInfo:
+        info = self.service(args.backend).set_suspended(args.name, True)
+        self.out.line(f"Suspended {info.name}; `{self.prog} resume {info.name}` restarts it.")
+        return info
+
+    def do_resume(self, args: argparse.Namespace) -> ClusterInfo:
+        info = self.service(args.backend).set_suspended(args.name, False)
+        self.out.line(f"Resuming {info.name}.")
+        self.out.card(info)
+        return info
+
+    def do_logs(self, args: argparse.Namespace) -> str:
+        text = self.service(args.backend).logs(args.name, max(1, args.tail))
+        self.out.block(text)
+        return text
+
+    def do_dashboard(self, args: argparse.Namespace) -> str | None:
+        info = self.service(args.backend).get(args.name)
+        url = info.endpoints.dashboard
+        if url is None:
+            self.out.line(f"{info.name} has no dashboard while {info.phase}.")
+        else:
+            self.out.link(url, f"Ray dashboard of {info.name}")
+        return url
+
+    # --- helpers ------------------------------------------------------------------
+
+    def _connect(self, info: ClusterInfo) -> None:
+        from .connect import connect
+
+        connect(info)
+
+    def _connected_note(self, info: ClusterInfo) -> str:
+        return (
+            f"Connected this kernel to {info.name} ({info.endpoints.client}); "
+            "use ray.remote as usual."
+        )
+
+
+def _head_up(info: ClusterInfo) -> bool:
+    return info.head_ready
+
+
+def _ready(info: ClusterInfo) -> bool:
+    return info.phase == Phase.READY
+
+
+@contextmanager
+def _live(service: ClusterService, name: str, view: Any) -> Iterator[None]:
+    """Keep the progress view current (and its clock ticking) while the caller blocks."""
+    stop = threading.Event()
+
+    def refresh() -> None:
+        while not stop.wait(1.0):
+            try:
+                view.update(service.get(name))
+            except RaylabError:
+                return
+
+    thread = threading.Thread(target=refresh, daemon=True, name="raylab-progress")
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=2)

@@ -1,0 +1,98 @@
+"""Connect this kernel to a cluster through Ray Client, checking versions first.
+
+Ray Client refuses a kernel whose Ray version or Python minor differs from the
+cluster's, with an error that does not say what to do; we compare before connecting.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from importlib.metadata import version
+from typing import Any
+
+from .errors import BackendUnavailable, VersionMismatch
+from .model import ClusterInfo
+
+
+@dataclass
+class _Connection:
+    cluster: str
+    address: str
+    context: Any
+
+
+_current: _Connection | None = None
+
+
+def kernel_versions() -> tuple[str, str]:
+    return version("ray"), f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def check_versions(info: ClusterInfo) -> None:
+    ray_here, py_here = kernel_versions()
+    ray_there, py_there = info.ray_version, info.python_version
+    if (ray_there is None or ray_there == ray_here) and (py_there is None or py_there == py_here):
+        return
+    py_tag = (py_there or py_here).replace(".", "")
+    raise VersionMismatch(
+        f"cluster {info.name!r} runs Ray {ray_there} on Python {py_there}, "
+        f"this kernel has Ray {ray_here} on Python {py_here}; Ray Client needs both to match",
+        detail=(
+            f"install Ray {ray_there} in the kernel's environment "
+            f"(pip install 'ray[client]=={ray_there}') with a Python {py_there} kernel, "
+            f"or create the cluster with --image rayproject/ray:{ray_here}-py{py_here.replace('.', '')}"
+            if ray_there
+            else f"use a Python {py_there} kernel (image tag py{py_tag})"
+        ),
+    )
+
+
+def connected_cluster() -> str | None:
+    return _current.cluster if _current else None
+
+
+def connect(info: ClusterInfo, timeout: float = 60.0) -> None:
+    """Attach this process to the cluster; a no-op when already attached to it."""
+    global _current
+    address = info.endpoints.client
+    if not address:
+        raise BackendUnavailable(
+            f"cluster {info.name!r} has no Ray Client endpoint yet (phase {info.phase})",
+            detail=f"`%raycluster status {info.name}` shows why",
+        )
+    check_versions(info)
+    if _current and _current.cluster == info.name and _current.address == address:
+        return
+    import ray
+
+    disconnect()
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            context = ray.init(address, logging_level="WARNING", log_to_driver=True)
+            break
+        except ConnectionError as exc:
+            # The client server can take a moment after the head reports ready.
+            if time.monotonic() >= deadline:
+                raise BackendUnavailable(
+                    f"cannot reach Ray Client of cluster {info.name!r} at {address}: {exc}",
+                    detail=f"`%raycluster status {info.name}` and `%raycluster logs "
+                    f"{info.name}` show the cluster's state",
+                ) from None
+            time.sleep(0.5)
+    _current = _Connection(info.name, address, context)
+
+
+def disconnect() -> str | None:
+    """Detach; returns the name of the cluster we were attached to, if any."""
+    global _current
+    was = _current
+    _current = None
+    if "ray" in sys.modules:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+    return was.cluster if was else None

@@ -1,0 +1,81 @@
+"""`%raycluster`: thin over `commands.Commands`; errors shown as one line, no traceback."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.display import display
+
+from . import render
+from .commands import CommandError, Commands, HelpShown
+from .errors import RaylabError
+from .model import ClusterInfo
+from .widgets import in_notebook, progress_view
+
+
+class NotebookOutput:
+    """Rich output in a notebook, plain lines in terminal IPython."""
+
+    def line(self, text: str) -> None:
+        print(text, flush=True)
+
+    def warn(self, text: str) -> None:
+        print(f"Warning: {text}", file=sys.stderr, flush=True)
+
+    def table(self, clusters: list[ClusterInfo], owner: bool) -> None:
+        display(
+            {
+                "text/plain": render.text_table(clusters, owner=owner),
+                "text/html": render.html_table(clusters, owner=owner),
+            },
+            raw=True,
+        )
+
+    def block(self, text: str) -> None:
+        print(text, end="" if text.endswith("\n") else "\n", flush=True)
+
+    def link(self, url: str, label: str) -> None:
+        import html
+
+        display(
+            {
+                "text/plain": f"{label}: {url}",
+                "text/html": f'<a href="{html.escape(url)}" target="_blank" '
+                f'rel="noopener">{html.escape(label)}</a>',
+            },
+            raw=True,
+        )
+
+    def card(self, info: ClusterInfo) -> None:
+        text = "\n".join(f"{k}: {v}" for k, v in render.card_fields(info))
+        display({"text/plain": f"{info.name}\n{text}", "text/html": render.card_html(info)}, raw=True)
+
+    def progress(self, info: ClusterInfo, started: float) -> Any:
+        return progress_view(info, started)
+
+
+@magics_class
+class RayclusterMagics(Magics):  # type: ignore[misc]
+    def __init__(self, shell: Any) -> None:
+        super().__init__(shell)
+        self.commands = Commands(NotebookOutput(), prog="%raycluster", may_connect=True)
+
+    @line_magic  # type: ignore[misc]
+    def raycluster(self, line: str) -> None:
+        """Ray clusters for this notebook: `%raycluster --help` lists the verbs."""
+        try:
+            self.commands.run_line(line)
+        except HelpShown as shown:
+            print(shown, end="")
+        except CommandError as exc:
+            raise UsageError(str(exc)) from None
+        except RaylabError as exc:
+            raise UsageError(exc.message + (f"\n{exc.detail}" if exc.detail else "")) from None
+        except KeyboardInterrupt:
+            print("Interrupted. Nothing was deleted: `%raycluster list` shows your clusters.")
+
+
+__all__ = ["RayclusterMagics", "in_notebook"]

@@ -1,0 +1,80 @@
+"""ClusterInfo: the backend-neutral status every layer speaks (magics, CLI, REST, UI)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from .spec import ClusterSpec
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"  # accepted, nothing running yet (e.g. waiting for GPU nodes)
+    STARTING = "Starting"  # head or workers coming up
+    READY = "Ready"  # head ready and every desired worker ready
+    DEGRADED = "Degraded"  # head ready, some workers missing or dead
+    SUSPENDED = "Suspended"  # stopped on request; comes back with resume
+    FAILED = "Failed"  # the head is gone or cannot start; `reason` says why
+    DELETING = "Deleting"
+
+    @property
+    def settled(self) -> bool:
+        """True once waiting for readiness can stop."""
+        return self in (Phase.READY, Phase.FAILED, Phase.SUSPENDED)
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    client: str | None = None  # ray://host:port for Ray Client
+    dashboard: str | None = None  # http://host:port of the Ray dashboard
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    name: str
+    owner: str
+    backend: str
+    phase: Phase
+    spec: ClusterSpec
+    reason: str = ""
+    head_ready: bool = False  # the head accepts Ray Client connections
+    workers_ready: int = 0
+    workers_desired: int = 0
+    created: float = field(default_factory=time.time)
+    endpoints: Endpoints = field(default_factory=Endpoints)
+    namespace: str | None = None
+    ray_version: str | None = None
+    python_version: str | None = None  # "3.11": the cluster's Python minor
+    logical_gpus: bool = False  # GPUs declared to Ray without physical devices
+
+    @property
+    def gpus(self) -> int:
+        return self.spec.gpus_per_worker * self.workers_desired
+
+    @property
+    def gpus_ready(self) -> int:
+        return self.spec.gpus_per_worker * self.workers_ready
+
+    def age(self, now: float | None = None) -> float:
+        return max(0.0, (now or time.time()) - self.created)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["phase"] = str(self.phase)
+        out["gpus"] = self.gpus
+        out["gpu_type"] = self.spec.gpu_type
+        return out
+
+
+def format_age(seconds: float) -> str:
+    """kubectl-style ages: 42s, 7m, 3h, 5d."""
+    s = int(seconds)
+    if s < 120:
+        return f"{s}s"
+    if s < 2 * 3600:
+        return f"{s // 60}m"
+    if s < 2 * 86400:
+        return f"{s // 3600}h"
+    return f"{s // 86400}d"

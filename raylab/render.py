@@ -1,0 +1,131 @@
+"""Words and tables for clusters, shared by the magics, the CLI and the status card.
+
+The sidebar uses the same wording (phase, "Pending — reason", "1/2 workers ready").
+"""
+
+from __future__ import annotations
+
+import html
+import time
+
+from .model import ClusterInfo, Phase, format_age
+
+COLUMNS = ("NAME", "PHASE", "WORKERS", "GPUS", "CPU/MEM PER WORKER", "AGE")
+
+
+def phase_text(info: ClusterInfo, limit: int | None = None) -> str:
+    reason = info.reason
+    if limit is not None and len(reason) > limit:
+        reason = reason[: limit - 1] + "…"
+    return f"{info.phase} — {reason}" if reason else str(info.phase)
+
+
+def gpus_text(info: ClusterInfo) -> str:
+    if not info.spec.gpus:
+        return "none"
+    text = f"{info.gpus} × {info.spec.gpu_type}"
+    return text + " (logical)" if info.logical_gpus else text
+
+
+def workers_text(info: ClusterInfo) -> str:
+    return f"{info.workers_ready}/{info.workers_desired}"
+
+
+def row(info: ClusterInfo, *, owner: bool = False) -> list[str]:
+    cells = [
+        info.name,
+        phase_text(info, limit=60),
+        workers_text(info),
+        gpus_text(info),
+        f"{info.spec.cpus} / {info.spec.memory}",
+        format_age(info.age()),
+    ]
+    return [*cells, info.owner] if owner else cells
+
+
+def text_table(clusters: list[ClusterInfo], *, owner: bool = False) -> str:
+    if not clusters:
+        return "No clusters. Create one with `%raycluster up` (or `raylab up`)."
+    header = [*COLUMNS, "OWNER"] if owner else list(COLUMNS)
+    rows = [header, *(row(c, owner=owner) for c in clusters)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    )
+
+
+def html_table(clusters: list[ClusterInfo], *, owner: bool = False) -> str:
+    if not clusters:
+        return f"<p>{html.escape(text_table([]))}</p>"
+    header = [*COLUMNS, "OWNER"] if owner else list(COLUMNS)
+    head = "".join(f"<th>{html.escape(h.title())}</th>" for h in header)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row(i, owner=owner)) + "</tr>"
+        for i in clusters
+    )
+    return f'<table class="raylab-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def summary(info: ClusterInfo) -> str:
+    """One line: what the cluster is and where it stands."""
+    parts = [
+        info.name,
+        phase_text(info),
+        f"{workers_text(info)} workers ready",
+        f"GPUs {gpus_text(info)}",
+    ]
+    return "  ·  ".join(parts)
+
+
+def card_fields(info: ClusterInfo, started: float | None = None) -> list[tuple[str, str]]:
+    """The status card's rows, in order (the sidebar card shows the same)."""
+    fields = [
+        ("Phase", phase_text(info)),
+        ("Workers", f"{workers_text(info)} ready"),
+        ("GPUs", gpus_text(info)),
+        ("Per worker", f"{info.spec.cpus} CPU · {info.spec.memory} memory"),
+    ]
+    if started is not None:
+        fields.append(("Elapsed", f"{time.time() - started:.0f}s"))
+    else:
+        fields.append(("Age", format_age(info.age())))
+    if info.ray_version:
+        fields.append(("Ray", f"{info.ray_version} · Python {info.python_version}"))
+    if info.endpoints.client:
+        fields.append(("Client", info.endpoints.client))
+    return fields
+
+
+def connect_code(info: ClusterInfo) -> str:
+    """What to type elsewhere to use this cluster."""
+    return f'%load_ext raylab\n%raycluster connect {info.name}\n# or: ray.init("{info.endpoints.client}")'
+
+
+PHASE_COLORS = {
+    # JupyterLab theme variables: right in light and dark themes alike.
+    Phase.READY: "var(--jp-success-color1)",
+    Phase.STARTING: "var(--jp-info-color1)",
+    Phase.PENDING: "var(--jp-warn-color1)",
+    Phase.DEGRADED: "var(--jp-warn-color1)",
+    Phase.SUSPENDED: "var(--jp-layout-color3)",
+    Phase.FAILED: "var(--jp-error-color1)",
+    Phase.DELETING: "var(--jp-layout-color3)",
+}
+
+
+def card_html(info: ClusterInfo, started: float | None = None, note: str = "") -> str:
+    color = PHASE_COLORS.get(info.phase, "var(--jp-layout-color3)")
+    rows = "".join(
+        f'<tr><th style="text-align:left;padding-right:1em">{html.escape(k)}</th>'
+        f'<td style="text-align:left">{html.escape(v)}</td></tr>'
+        for k, v in card_fields(info, started)
+    )
+    note_html = f"<div>{html.escape(note)}</div>" if note else ""
+    return (
+        '<div class="raylab-card" style="border:1px solid var(--jp-border-color2);'
+        'border-radius:4px;padding:6px 10px;display:inline-block">'
+        f'<div><b>{html.escape(info.name)}</b> <span style="background:{color};'
+        'color:var(--jp-ui-inverse-font-color1);border-radius:8px;padding:0 8px">'
+        f"{html.escape(str(info.phase))}</span></div>"
+        f"<table>{rows}</table>{note_html}</div>"
+    )

@@ -1,0 +1,177 @@
+"""Per-user operations on a backend: ownership, quotas, naming, waiting.
+
+Shared by the magics, the CLI and the server extension, so every door applies the same
+rules. A cluster another user owns is reported as not found, never as forbidden, so
+names of other users' clusters do not leak.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .backends.base import Backend
+from .config import Settings
+from .errors import ClusterFailed, Conflict, NotFound, QuotaExceeded, SpecError, WaitTimeout
+from .model import ClusterInfo, Phase
+from .spec import MAX_WORKERS, ClusterSpec, generate_name, validate_name
+
+
+def current_user() -> str:
+    """The JupyterHub user in a single-user server, else the OS user."""
+    return os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
+
+
+class ClusterService:
+    def __init__(
+        self, backend: Backend, settings: Settings, user: str, *, admin: bool = False
+    ) -> None:
+        self.backend = backend
+        self.settings = settings
+        self.user = user
+        self.admin = admin
+
+    # --- reads --------------------------------------------------------------------
+
+    def list(self, *, everyone: bool = False) -> list[ClusterInfo]:
+        if everyone and self.admin:
+            return self.backend.list()
+        return self.backend.list(owner=self.user)
+
+    def get(self, name: str) -> ClusterInfo:
+        validate_name(name)
+        info = self.backend.get(name)
+        if info is None or not self._may_see(info):
+            raise NotFound(
+                f"no cluster named {name!r}",
+                detail="`%raycluster list` shows your clusters",
+            )
+        return info
+
+    def logs(self, name: str, tail: int = 200) -> str:
+        self.get(name)
+        return self.backend.logs(name, tail)
+
+    # --- writes -------------------------------------------------------------------
+
+    def create(self, request: Mapping[str, Any]) -> tuple[ClusterInfo, bool]:
+        """Create the cluster, or return the caller's existing one of that name.
+
+        Returns (cluster, created). Everything is validated and checked against quotas
+        before anything is created.
+        """
+        spec = ClusterSpec.from_mapping(request, self.settings.profiles)
+        if request.get("name") is not None:
+            existing = self.backend.get(spec.name)
+            if existing is not None:
+                if existing.owner != self.user:
+                    raise Conflict(
+                        f"the name {spec.name!r} is taken by another user's cluster",
+                        detail="choose another --name",
+                    )
+                return existing, False
+        self._check_quota(spec)
+        for _ in range(5):
+            try:
+                return self.backend.create(spec, self.user), True
+            except Conflict:
+                if request.get("name") is not None:
+                    raise
+                spec = ClusterSpec(**{**spec.to_json(), "name": generate_name()})
+        raise Conflict("could not find a free cluster name; pass --name")
+
+    def delete(self, name: str) -> None:
+        self.get(name)
+        self.backend.delete(name)
+
+    def scale(self, name: str, workers: object) -> ClusterInfo:
+        info = self.get(name)
+        if isinstance(workers, str) and workers.strip().isdigit():
+            workers = int(workers)
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+            raise SpecError("workers", f"{workers!r} is not a whole number of workers")
+        if workers > MAX_WORKERS:
+            raise SpecError("workers", f"{workers} is out of range; use 0 to {MAX_WORKERS}")
+        spec = info.spec
+        if spec.gpus and workers == 0:
+            raise SpecError("workers", "a GPU cluster needs at least one worker")
+        if spec.autoscaling and not (spec.min_workers or 0) <= workers <= (spec.max_workers or 0):
+            raise SpecError(
+                "workers",
+                f"{workers} is outside the autoscaling range "
+                f"{spec.min_workers}..{spec.max_workers}",
+            )
+        self._check_quota(spec.with_workers(workers), replacing=info)
+        return self.backend.scale(name, workers)
+
+    def set_suspended(self, name: str, suspended: bool) -> ClusterInfo:
+        self.get(name)
+        return self.backend.set_suspended(name, suspended)
+
+    # --- waiting ------------------------------------------------------------------
+
+    def wait(
+        self,
+        name: str,
+        until: Callable[[ClusterInfo], bool],
+        timeout: float,
+        on_update: Callable[[ClusterInfo], None] | None = None,
+        interval: float = 0.2,
+    ) -> ClusterInfo:
+        """Poll until `until(info)`; raise on Failed or after `timeout` seconds.
+
+        The cluster is left as it is on timeout: nothing is deleted on an error.
+        """
+        deadline = time.monotonic() + timeout
+        last: ClusterInfo | None = None
+        while True:
+            info = self.get(name)
+            if on_update and (last is None or info != last):
+                on_update(info)
+            last = info
+            if until(info):
+                return info
+            if info.phase == Phase.FAILED:
+                raise ClusterFailed(
+                    f"cluster {name!r} failed: {info.reason}",
+                    detail=f"`%raycluster logs {name}` shows its log; "
+                    f"`%raycluster down {name}` removes it",
+                )
+            if time.monotonic() >= deadline:
+                why = f": {info.reason}" if info.reason else ""
+                raise WaitTimeout(
+                    f"cluster {name!r} is still {info.phase} after {timeout:.0f} s{why}",
+                    detail=f"it was kept; `%raycluster status {name}` to check again, "
+                    f"`%raycluster down {name}` to delete it",
+                )
+            time.sleep(interval)
+
+    # --- rules --------------------------------------------------------------------
+
+    def _may_see(self, info: ClusterInfo) -> bool:
+        return self.admin or info.owner == self.user
+
+    def _check_quota(self, spec: ClusterSpec, replacing: ClusterInfo | None = None) -> None:
+        o = self.settings.options
+        if spec.workers > o.max_workers_per_cluster:
+            raise QuotaExceeded(
+                f"{spec.workers} workers requested, the limit is {o.max_workers_per_cluster} "
+                "per cluster",
+                detail="ask your admin to raise max_workers_per_cluster",
+            )
+        mine = [c for c in self.backend.list(owner=self.user) if c.name != spec.name]
+        if replacing is None and len(mine) + 1 > o.max_clusters_per_user:
+            raise QuotaExceeded(
+                f"you have {len(mine)} clusters, the limit is {o.max_clusters_per_user}",
+                detail="delete one with `%raycluster down NAME`",
+            )
+        used = sum(c.spec.gpus for c in mine)
+        if used + spec.gpus > o.max_gpus_per_user:
+            raise QuotaExceeded(
+                f"{spec.gpus} GPUs requested, quota is {o.max_gpus_per_user} "
+                f"and {used} are in use",
+                detail="delete or scale down a cluster, or ask your admin",
+            )

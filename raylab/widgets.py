@@ -1,0 +1,73 @@
+"""The status card `%raycluster up/status` shows: live in a notebook, lines in a terminal."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+
+from . import render
+from .model import ClusterInfo
+
+
+def in_notebook() -> bool:
+    """True in a kernel with a rich frontend (widgets render), False in terminal IPython."""
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+    except ImportError:
+        return False
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+
+class StatusCard:
+    """An ipywidgets HTML card updated in place; safe to update from a helper thread."""
+
+    def __init__(self, info: ClusterInfo, started: float | None = None) -> None:
+        import ipywidgets
+        from IPython.display import display
+
+        self._started = started
+        self._note = ""
+        self._lock = threading.Lock()
+        self._info = info
+        self.widget: Any = ipywidgets.HTML(value=render.card_html(info, started))
+        display(self.widget)
+
+    def update(self, info: ClusterInfo | None = None, note: str | None = None) -> None:
+        with self._lock:
+            if info is not None:
+                self._info = info
+            if note is not None:
+                self._note = note
+            self.widget.value = render.card_html(self._info, self._started, self._note)
+
+    def stop_clock(self) -> None:
+        """Freeze 'Elapsed' once the wait is over."""
+        self._started = None
+        self.update()
+
+
+class TextProgress:
+    """The same progress as lines, printed when the phase or reason changes."""
+
+    def __init__(self, info: ClusterInfo, started: float | None = None) -> None:
+        self._last = ""
+        self.update(info)
+
+    def update(self, info: ClusterInfo | None = None, note: str | None = None) -> None:
+        if info is not None:
+            line = render.summary(info)
+            if line != self._last:
+                self._last = line
+                print(line, file=sys.stdout, flush=True)
+        if note:
+            print(note, flush=True)
+
+    def stop_clock(self) -> None:
+        pass
+
+
+def progress_view(info: ClusterInfo, started: float | None = None) -> StatusCard | TextProgress:
+    return StatusCard(info, started) if in_notebook() else TextProgress(info, started)

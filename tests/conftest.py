@@ -1,0 +1,62 @@
+"""Session-wide isolation: a private state folder and Jupyter dirs, and an orphan check.
+
+Every Ray process a test starts inherits RAYLAB_STATE_DIR; at the end of the session
+none may be left (that is how "no orphan processes after the test suite" is checked).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+_session_root: Path | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _session_root
+    factory = pytest.TempPathFactory.from_config(config, _ispytest=True)
+    _session_root = factory.mktemp("raylab-session", numbered=True)
+    os.environ["RAYLAB_STATE_DIR"] = str(_session_root / "state")
+    os.environ["JUPYTER_CONFIG_DIR"] = str(_session_root / "jupyter-config")
+    os.environ["JUPYTER_DATA_DIR"] = str(_session_root / "jupyter-data")
+    os.environ["JUPYTER_RUNTIME_DIR"] = str(_session_root / "jupyter-runtime")
+    os.environ["IPYTHONDIR"] = str(_session_root / "ipython")
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    os.environ.pop("JUPYTERHUB_USER", None)
+
+
+def processes_of_this_session() -> list[psutil.Process]:
+    """Live processes started under this test session's state folder."""
+    marker = os.environ["RAYLAB_STATE_DIR"]
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid():
+            continue
+        try:
+            if proc.environ().get("RAYLAB_STATE_DIR") == marker and proc.status() != "zombie":
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_orphans_at_the_end() -> Iterator[None]:
+    yield
+    left = processes_of_this_session()
+    for proc in left:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    names = [f"{p.pid}" for p in left]
+    assert not left, f"processes left behind by the test suite: {names}"
+
+
+@pytest.fixture
+def state_dir() -> Path:
+    return Path(os.environ["RAYLAB_STATE_DIR"])

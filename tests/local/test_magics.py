@@ -1,0 +1,148 @@
+"""`%raycluster` in a real IPython shell against real Ray processes (local backend).
+
+One cluster serves the whole module (a Ray cluster takes ~20 s to start on two cores);
+the tests run in file order, as a user's session would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+
+from raylab.commands import Commands
+from raylab.connect import connected_cluster
+from raylab.magics import NotebookOutput
+
+NAME = "magic1"
+
+
+def run(shell: InteractiveShell, line: str) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        shell.run_line_magic("raycluster", line)
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def shell() -> InteractiveShell:
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "raylab")
+    return ip
+
+
+@pytest.fixture(scope="module")
+def up_output(shell: InteractiveShell) -> Iterator[str]:
+    text = run(shell, f"up --name {NAME} --gpus 2 --workers 2 --cpus 1 --memory 1Gi")
+    yield text
+    with contextlib.suppress(UsageError):
+        run(shell, f"down {NAME}")
+
+
+def test_up_shows_progress_and_connects(up_output: str) -> None:
+    lines = up_output.splitlines()
+    assert lines[0].startswith(f"{NAME}  ·  Starting"), up_output
+    assert any("Ready  ·  2/2 workers ready  ·  GPUs 2 × a100 (logical)" in ln for ln in lines)
+    assert f"Connected this kernel to {NAME}" in up_output
+    assert connected_cluster() == NAME
+
+
+def test_next_cell_uses_the_gpus(up_output: str) -> None:
+    import ray
+
+    assert ray.is_initialized()
+    assert ray.cluster_resources()["GPU"] == 2
+    assert len([n for n in ray.nodes() if n["Alive"]]) == 3  # head + 2 workers
+
+    @ray.remote(num_gpus=1)
+    def visible() -> str | None:
+        import os
+
+        return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+    assert ray.get(visible.remote()) == "0"
+
+
+def test_list_and_status(shell: InteractiveShell, up_output: str) -> None:
+    table = run(shell, "list")
+    header, row = table.splitlines()[:2]
+    assert header.split()[:3] == ["NAME", "PHASE", "WORKERS"]
+    assert row.split()[:3] == [NAME, "Ready", "2/2"]
+    assert "2 × a100 (logical)" in row
+    status = run(shell, "status")  # the connected cluster by default
+    assert status.startswith(NAME)
+    assert "Phase: Ready" in status and "Workers: 2/2 ready" in status
+    assert "Ray: 2.60" in status
+
+
+def test_up_with_an_existing_name_reuses_it(shell: InteractiveShell, up_output: str) -> None:
+    text = run(shell, f"up --name {NAME} --gpus 2 --workers 2")
+    assert text.startswith(f"{NAME} already exists (Ready); using it.")
+    assert connected_cluster() == NAME
+
+
+def test_another_users_name_is_refused(up_output: str) -> None:
+    bob = Commands(NotebookOutput(), prog="%raycluster", may_connect=True, user="bob")
+    with pytest.raises(Exception, match=f"the name '{NAME}' is taken by another user's cluster"):
+        bob.run_line(f"up --name {NAME}")
+    with pytest.raises(Exception, match=f"no cluster named '{NAME}'"):
+        bob.run_line(f"down {NAME}")  # and bob cannot delete it
+
+
+def test_dashboard_serves_the_ray_dashboard(shell: InteractiveShell, up_output: str) -> None:
+    text = run(shell, f"dashboard {NAME}")
+    url = text.split(": ", 1)[1].strip()
+    assert url.startswith("http://127.0.0.1:")
+    with urllib.request.urlopen(url + "/api/version", timeout=30) as resp:
+        assert json.load(resp)["ray_version"].startswith("2.60")
+
+
+def test_logs_show_the_head_log(shell: InteractiveShell, up_output: str) -> None:
+    text = run(shell, f"logs {NAME} --tail 400")
+    assert "Ray runtime started" in text
+    assert "Ray's own logs for this cluster" in text
+
+
+def test_disconnect_then_connect(shell: InteractiveShell, up_output: str) -> None:
+    import ray
+
+    assert run(shell, "disconnect").strip() == f"Disconnected from {NAME}."
+    assert not ray.is_initialized()
+    assert run(shell, "disconnect").strip() == "Not connected to a cluster."
+    assert f"Connected this kernel to {NAME}" in run(shell, f"connect {NAME}")
+    assert ray.cluster_resources()["GPU"] == 2
+
+
+def test_scale_down(shell: InteractiveShell, up_output: str) -> None:
+    import ray
+
+    text = run(shell, f"scale {NAME} --workers 1")
+    assert text.startswith(f"Scaling {NAME} to 1 workers.")
+    status = run(shell, f"status {NAME}")
+    assert "Workers: 1/1 ready" in status and "GPUs: 1 × a100" in status
+    for _ in range(100):  # Ray notices the node is gone within seconds
+        if ray.cluster_resources().get("GPU") == 1:
+            break
+        import time
+
+        time.sleep(0.2)
+    assert ray.cluster_resources()["GPU"] == 1
+
+
+def test_down_removes_everything(shell: InteractiveShell, up_output: str, state_dir: Path) -> None:
+    import ray
+
+    from tests.conftest import processes_of_this_session
+
+    assert run(shell, f"down {NAME}").strip() == f"Deleted {NAME}."
+    assert not ray.is_initialized()
+    assert not (state_dir / NAME).exists()
+    assert "No clusters." in run(shell, "list")
+    assert processes_of_this_session() == []
