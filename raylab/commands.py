@@ -213,9 +213,8 @@ class Commands:
             info = service.wait(info.name, _ready, max(1.0, timeout - (time.time() - started)),
                                 view.update)  # fmt: skip
         view.stop_clock()
-        view.update(info, note=self._connected_note(info) if connect else "")
-        if not connect:
-            self.out.line(render.connect_code(info))
+        view.update(info, note="")
+        self.out.line(self._connected_note(info) if connect else render.connect_code(info))
         return info
 
     def do_down(self, args: argparse.Namespace) -> None:

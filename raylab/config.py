@@ -19,14 +19,15 @@ from traitlets.config import Config, Configurable
 from .profiles import DEFAULT_PROFILES, Defaults, GpuProfile, Profiles
 
 
-class Raylab(Configurable):  # type: ignore[misc]
+class Raylab(Configurable):
     """raylab options (`c.Raylab.*` in jupyter_server_config.py)."""
 
     backend = Unicode(
         "local", help="Where clusters run: 'local' (Ray processes here) or 'kuberay'."
     ).tag(config=True)
     state_dir = Unicode(
-        help="Folder of the local backend's cluster state (default: <jupyter data dir>/raylab/local)."
+        help="Folder of the local backend's cluster state "
+        "(default: <jupyter data dir>/raylab/local)."
     ).tag(config=True)
     namespace_template = Unicode(
         "",
@@ -47,9 +48,7 @@ class Raylab(Configurable):  # type: ignore[misc]
         "{...}, 'tolerations': [...], 'max_gpus_per_worker': 8, 'default_cpus': '12', "
         "'default_memory': '96Gi'}}",
     ).tag(config=True)
-    default_gpu_type = Unicode("a100", help="GPU type when a request names none.").tag(
-        config=True
-    )
+    default_gpu_type = Unicode("a100", help="GPU type when a request names none.").tag(config=True)
     default_workers = Int(1, help="Workers when a request names none.").tag(config=True)
     wait_timeout = Float(600.0, help="Seconds `up` waits for a cluster to be ready.").tag(
         config=True

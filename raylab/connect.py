@@ -6,8 +6,11 @@ cluster's, with an error that does not say what to do; we compare before connect
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
@@ -30,6 +33,11 @@ def kernel_versions() -> tuple[str, str]:
     return version("ray"), f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
+def default_image(ray_version: str, python_version: str) -> str:
+    """The rayproject/ray image for a Ray version and Python minor (e.g. 2.60.0-py311)."""
+    return f"rayproject/ray:{ray_version}-py{python_version.replace('.', '')}"
+
+
 def check_versions(info: ClusterInfo) -> None:
     ray_here, py_here = kernel_versions()
     ray_there, py_there = info.ray_version, info.python_version
@@ -42,7 +50,7 @@ def check_versions(info: ClusterInfo) -> None:
         detail=(
             f"install Ray {ray_there} in the kernel's environment "
             f"(pip install 'ray[client]=={ray_there}') with a Python {py_there} kernel, "
-            f"or create the cluster with --image rayproject/ray:{ray_here}-py{py_here.replace('.', '')}"
+            f"or create the cluster with --image {default_image(ray_here, py_here)}"
             if ray_there
             else f"use a Python {py_there} kernel (image tag py{py_tag})"
         ),
@@ -71,7 +79,8 @@ def connect(info: ClusterInfo, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            context = ray.init(address, logging_level="WARNING", log_to_driver=True)
+            with _quiet_thread_warning():
+                context = ray.init(address, logging_level=logging.WARNING, log_to_driver=True)
             break
         except ConnectionError as exc:
             # The client server can take a moment after the head reports ready.
@@ -83,6 +92,22 @@ def connect(info: ClusterInfo, timeout: float = 60.0) -> None:
                 ) from None
             time.sleep(0.5)
     _current = _Connection(info.name, address, context)
+
+
+@contextmanager
+def _quiet_thread_warning() -> Iterator[None]:
+    """ipykernel 7 runs cells off the main thread, and `ray.init` then warns that it cannot
+    set a SIGTERM handler; harmless for a Ray Client driver, and confusing in red."""
+    logger = logging.getLogger("ray._private.worker")
+
+    def drop(record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("SIGTERM handler is not set")
+
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
 
 
 def disconnect() -> str | None:

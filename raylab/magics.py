@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
-from IPython.display import display
+from IPython.display import display as _display
 
 from . import render
 from .commands import CommandError, Commands, HelpShown
 from .errors import RaylabError
 from .model import ClusterInfo
 from .widgets import in_notebook, progress_view
+
+display = cast(Callable[..., None], _display)  # IPython.display is not typed
 
 
 class NotebookOutput:
@@ -51,19 +54,21 @@ class NotebookOutput:
 
     def card(self, info: ClusterInfo) -> None:
         text = "\n".join(f"{k}: {v}" for k, v in render.card_fields(info))
-        display({"text/plain": f"{info.name}\n{text}", "text/html": render.card_html(info)}, raw=True)
+        display(
+            {"text/plain": f"{info.name}\n{text}", "text/html": render.card_html(info)}, raw=True
+        )
 
     def progress(self, info: ClusterInfo, started: float) -> Any:
         return progress_view(info, started)
 
 
 @magics_class
-class RayclusterMagics(Magics):  # type: ignore[misc]
+class RayclusterMagics(Magics):
     def __init__(self, shell: Any) -> None:
         super().__init__(shell)
         self.commands = Commands(NotebookOutput(), prog="%raycluster", may_connect=True)
 
-    @line_magic  # type: ignore[misc]
+    @line_magic
     def raycluster(self, line: str) -> None:
         """Ray clusters for this notebook: `%raycluster --help` lists the verbs."""
         try:

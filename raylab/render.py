@@ -63,7 +63,9 @@ def html_table(clusters: list[ClusterInfo], *, owner: bool = False) -> str:
         "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row(i, owner=owner)) + "</tr>"
         for i in clusters
     )
-    return f'<table class="raylab-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    return (
+        f'<table class="raylab-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    )
 
 
 def summary(info: ClusterInfo) -> str:
@@ -98,7 +100,10 @@ def card_fields(info: ClusterInfo, started: float | None = None) -> list[tuple[s
 
 def connect_code(info: ClusterInfo) -> str:
     """What to type elsewhere to use this cluster."""
-    return f'%load_ext raylab\n%raycluster connect {info.name}\n# or: ray.init("{info.endpoints.client}")'
+    return (
+        f"%load_ext raylab\n%raycluster connect {info.name}\n"
+        f'# or: ray.init("{info.endpoints.client}")'
+    )
 
 
 PHASE_COLORS = {

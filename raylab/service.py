@@ -171,7 +171,6 @@ class ClusterService:
         used = sum(c.spec.gpus for c in mine)
         if used + spec.gpus > o.max_gpus_per_user:
             raise QuotaExceeded(
-                f"{spec.gpus} GPUs requested, quota is {o.max_gpus_per_user} "
-                f"and {used} are in use",
+                f"{spec.gpus} GPUs requested, quota is {o.max_gpus_per_user} and {used} are in use",
                 detail="delete or scale down a cluster, or ask your admin",
             )

@@ -92,7 +92,8 @@ class ClusterSpec:
         if not isinstance(gpu_type, str) or profiles.get(gpu_type) is None:
             raise SpecError(
                 "gpu_type",
-                f"unknown GPU type {_show(gpu_type)}; choose one of: {', '.join(profiles.gpu_types)}",
+                f"unknown GPU type {_show(gpu_type)}; "
+                f"choose one of: {', '.join(profiles.gpu_types)}",
             )
         profile = profiles.gpu_types[gpu_type]
         if gpus and not profile.has_gpus:
@@ -215,10 +216,10 @@ def _quantity(data: Mapping[str, Any], field: str, default: str, *, memory: bool
 
 
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
-_SUFFIX = {
-    "": 1, "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-    "P": 10**15, "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
-    "Pi": 2**50, "Ei": 2**60,
+_SUFFIX: dict[str, Decimal] = {
+    "": Decimal(1), "m": Decimal("0.001"),
+    **{k: Decimal(10) ** (3 * i) for i, k in enumerate("kMGTPE", start=1)},
+    **{f"{k}i": Decimal(2) ** (10 * i) for i, k in enumerate("KMGTPE", start=1)},
 }  # fmt: skip
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from . import render
 from .model import ClusterInfo
@@ -33,7 +34,7 @@ class StatusCard:
         self._lock = threading.Lock()
         self._info = info
         self.widget: Any = ipywidgets.HTML(value=render.card_html(info, started))
-        display(self.widget)
+        cast(Callable[..., None], display)(self.widget)  # IPython.display is not typed
 
     def update(self, info: ClusterInfo | None = None, note: str | None = None) -> None:
         with self._lock:

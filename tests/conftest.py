@@ -6,6 +6,7 @@ none may be left (that is how "no orphan processes after the test suite" is chec
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,10 +50,8 @@ def _no_orphans_at_the_end() -> Iterator[None]:
     yield
     left = processes_of_this_session()
     for proc in left:
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.kill()
-        except psutil.Error:
-            pass
     names = [f"{p.pid}" for p in left]
     assert not left, f"processes left behind by the test suite: {names}"
 

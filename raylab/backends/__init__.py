@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
-from ..errors import SpecError
+from ..errors import BackendUnavailable, SpecError
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -19,7 +20,15 @@ def make_backend(name: str, settings: Settings) -> Backend:
 
         return LocalBackend(settings.local_state_dir())
     if name == "kuberay":
-        from .kuberay import KubeRayBackend  # type: ignore[import-not-found,unused-ignore]
-
-        return KubeRayBackend(settings)  # type: ignore[no-any-return,unused-ignore]
+        try:
+            kuberay = importlib.import_module(".kuberay", __package__)
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("raylab"):
+                raise BackendUnavailable(
+                    "the KubeRay backend is not part of this raylab version",
+                    detail="use --backend local",
+                ) from None
+            raise
+        backend: Backend = kuberay.KubeRayBackend(settings)
+        return backend
     raise SpecError("backend", f"unknown backend {name!r}; choose one of: {', '.join(BACKENDS)}")

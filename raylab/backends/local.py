@@ -9,6 +9,7 @@ process (kernel, CLI, server) sees the same clusters and their live status.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import fcntl
 import json
@@ -137,9 +138,7 @@ class LocalBackend:
     def _names(self) -> list[str]:
         if not self.state_dir.is_dir():
             return []
-        return sorted(
-            p.name for p in self.state_dir.iterdir() if (p / STATE_FILE).is_file()
-        )
+        return sorted(p.name for p in self.state_dir.iterdir() if (p / STATE_FILE).is_file())
 
     # --- Backend interface --------------------------------------------------------
 
@@ -304,7 +303,7 @@ class LocalBackend:
             state.nodes.append(self._spawn(name, "worker", i, args, env))
 
     def _spawn(
-        self, name: str, role: str, index: int, args: list[str], env: dict[str, str]
+        self, name: str, role: str, index: int, args: builtins.list[str], env: dict[str, str]
     ) -> NodeProcess:
         label = "head" if role == "head" else f"worker-{index}"
         log = self._dir(name) / f"{label}.log"

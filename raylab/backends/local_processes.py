@@ -40,9 +40,7 @@ class NodeProcess:
         return cls(**data)
 
 
-def spawn(
-    argv: list[str], log: Path, role: str, index: int, env: dict[str, str]
-) -> NodeProcess:
+def spawn(argv: list[str], log: Path, role: str, index: int, env: dict[str, str]) -> NodeProcess:
     full_env = {k: v for k, v in os.environ.items() if k not in _STRIP_ENV}
     full_env.update(_RAY_ENV)
     full_env.update(env)

@@ -13,7 +13,7 @@ from ..config import Settings
 AUTH_RESOURCE = "raylab"
 
 
-class RaylabHandler(APIHandler):  # type: ignore[misc]
+class RaylabHandler(APIHandler):
     auth_resource = AUTH_RESOURCE
 
     @property
@@ -23,8 +23,8 @@ class RaylabHandler(APIHandler):  # type: ignore[misc]
 
 
 class ProfilesHandler(RaylabHandler):
-    @web.authenticated  # type: ignore[misc]
-    @authorized  # type: ignore[misc]
+    @web.authenticated
+    @authorized
     def get(self) -> None:
         s = self.raylab_settings
         o = s.options

@@ -41,13 +41,15 @@ def node_pids(state_dir: Path) -> dict[str, int]:
 
 def test_lifecycle(service: ClusterService, state_dir: Path) -> None:
     info, created = service.create({"name": NAME, "workers": 1, "cpus": "1", "memory": "1Gi"})
-    assert created and info.phase in (Phase.STARTING, Phase.READY)
+    assert created
+    assert info.phase in (Phase.STARTING, Phase.READY)
     info = ready(service)
     assert (info.workers_ready, info.workers_desired, info.head_ready) == (1, 1, True)
 
     # Suspend: every process ends, the definition stays.
     info = service.set_suspended(NAME, True)
-    assert info.phase == Phase.SUSPENDED and info.endpoints.client is None
+    assert info.phase == Phase.SUSPENDED
+    assert info.endpoints.client is None
     assert processes_of_this_session() == []
     assert [c.name for c in service.list()] == [NAME]
 

@@ -78,7 +78,8 @@ def test_list_and_status(shell: InteractiveShell, up_output: str) -> None:
     assert "2 × a100 (logical)" in row
     status = run(shell, "status")  # the connected cluster by default
     assert status.startswith(NAME)
-    assert "Phase: Ready" in status and "Workers: 2/2 ready" in status
+    assert "Phase: Ready" in status
+    assert "Workers: 2/2 ready" in status
     assert "Ray: 2.60" in status
 
 
@@ -126,7 +127,8 @@ def test_scale_down(shell: InteractiveShell, up_output: str) -> None:
     text = run(shell, f"scale {NAME} --workers 1")
     assert text.startswith(f"Scaling {NAME} to 1 workers.")
     status = run(shell, f"status {NAME}")
-    assert "Workers: 1/1 ready" in status and "GPUs: 1 × a100" in status
+    assert "Workers: 1/1 ready" in status
+    assert "GPUs: 1 × a100" in status
     for _ in range(100):  # Ray notices the node is gone within seconds
         if ray.cluster_resources().get("GPU") == 1:
             break

@@ -29,7 +29,8 @@ def test_defaults_come_from_the_profiles() -> None:
     a100 = PROFILES.gpu_types["a100"]
     assert (s.gpu_type, s.gpus_per_worker) == ("a100", 2)
     assert (s.cpus, s.memory) == (a100.default_cpus, a100.default_memory)
-    assert s.name.startswith("ray-") and len(s.name) == 9
+    assert s.name.startswith("ray-")
+    assert len(s.name) == 9
     assert not s.autoscaling
 
 
@@ -65,12 +66,14 @@ def test_gpus_need_workers_and_a_gpu_profile() -> None:
 
 def test_more_gpus_per_worker_than_a_node_has() -> None:
     reason = refused("gpus", gpus=16, workers=1, gpu_type="a100")
-    assert "at most 8" in reason and "--workers 2" in reason
+    assert "at most 8" in reason
+    assert "--workers 2" in reason
 
 
 def test_unknown_gpu_type_lists_the_known_ones() -> None:
     reason = refused("gpu_type", gpu_type="v100", gpus=1)
-    assert "'v100'" in reason and "a100, h100, l4, cpu" in reason
+    assert "'v100'" in reason
+    assert "a100, h100, l4, cpu" in reason
 
 
 @pytest.mark.parametrize(

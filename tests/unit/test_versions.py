@@ -36,5 +36,5 @@ def test_ray_mismatch_names_both_versions_and_the_fix() -> None:
 
 def test_python_mismatch() -> None:
     ray_here, _ = kernel_versions()
-    with pytest.raises(VersionMismatch, match="on Python 3.9"):
+    with pytest.raises(VersionMismatch, match=r"on Python 3\.9"):
         check_versions(info(ray_here, "3.9"))

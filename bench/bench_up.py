@@ -1,0 +1,97 @@
+"""Time from `%raycluster up --gpus 2` to a connected kernel, against raw Ray doing the same.
+
+Raw Ray: `ray start --head --num-gpus=2` then `ray.init("ray://…")` (what a user types
+by hand). raylab: `%raycluster up --gpus 2` in a fresh IPython process — a head plus one
+2-GPU worker, waited for and connected. Both run alternately, each in a fresh process,
+so machine noise hits both alike; the target is the ratio of medians, ≤ 1.10×.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+
+from report import Figure, emit, median
+
+RAYLAB = """
+import time
+from IPython.core.interactiveshell import InteractiveShell
+ip = InteractiveShell.instance()
+ip.run_line_magic("load_ext", "raylab")
+t0 = time.perf_counter()
+ip.run_line_magic("raycluster", "up --name bench --gpus 2")
+import ray
+assert ray.cluster_resources()["GPU"] == 2
+elapsed = time.perf_counter() - t0
+ip.run_line_magic("raycluster", "down bench")
+print("ELAPSED", elapsed)
+"""
+
+RAW = """
+import os, socket, subprocess, sys, time
+from pathlib import Path
+from raylab.backends.local_processes import NodeProcess, stop_sessions
+
+def free():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+gcs, client = free(), free()
+ray_bin = str(Path(sys.executable).with_name("ray"))
+env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+t0 = time.perf_counter()
+starter = subprocess.Popen(
+    [ray_bin, "start", "--head", f"--port={gcs}", f"--ray-client-server-port={client}",
+     "--num-gpus=2", "--dashboard-host=127.0.0.1", "--disable-usage-stats"],
+    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+starter.wait()
+import ray
+ray.init(f"ray://127.0.0.1:{client}")
+assert ray.cluster_resources()["GPU"] == 2
+elapsed = time.perf_counter() - t0
+ray.shutdown()
+# `ray start` daemonised the node inside its session: end that session, not every Ray here.
+stop_sessions([NodeProcess("head", 0, starter.pid, 1.0, "")])
+print("ELAPSED", elapsed)
+"""
+
+
+def measure(code: str, state_dir: str) -> float:
+    env = dict(os.environ, RAYLAB_STATE_DIR=state_dir, RAY_USAGE_STATS_ENABLED="0")
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900
+    )
+    if out.returncode != 0:
+        raise RuntimeError(out.stdout[-2000:] + out.stderr[-4000:])
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("ELAPSED"))
+    return float(line.split()[1])
+
+
+def run(rounds: int = 3) -> list[Figure]:
+    ours, raw = [], []
+    with tempfile.TemporaryDirectory(prefix="raylab-bench-") as state:
+        for i in range(rounds):
+            pair = [(ours, RAYLAB), (raw, RAW)]
+            for samples, code in pair if i % 2 == 0 else reversed(pair):
+                samples.append(measure(code, state))
+    value, anchor = median(ours), median(raw)
+    return [
+        Figure(
+            name="%raycluster up --gpus 2 → connected (median)",
+            value=value,
+            unit="s",
+            target="≤ 1.10× raw Ray",
+            anchor=anchor,
+            anchor_name="ray start --head + ray.init(ray://)",
+            samples=ours,
+            anchor_samples=raw,
+            met=value <= 1.10 * anchor,
+        )
+    ]
+
+
+if __name__ == "__main__":
+    emit("Cluster start to connected kernel", run(int(os.environ.get("ROUNDS", "3"))), "up")

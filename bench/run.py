@@ -1,0 +1,25 @@
+"""Every benchmark, one table: `make bench` (or `python bench/run.py [NAME...]`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_import
+import bench_up
+from report import emit
+
+BENCHES = {"import": bench_import.run, "up": bench_up.run}
+
+
+def main(names: list[str]) -> None:
+    figures = []
+    for name in names or list(BENCHES):
+        figures.extend(BENCHES[name]())
+    emit("raylab benchmarks", figures, "latest")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
