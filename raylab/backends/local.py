@@ -15,9 +15,11 @@ import fcntl
 import json
 import os
 import re
+import secrets
 import shutil
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -317,7 +319,15 @@ class LocalBackend:
             f"--object-store-memory={_object_store_bytes()}",
         ]
         supervisor = [sys.executable, "-m", "raylab.backends.local_node", str(START_TRIES), "--"]
-        return spawn([*supervisor, self.ray, "start", *args, *common], log, role, index, env)
+        # Each node gets a temp dir of its own: Ray names a node's sockets by probing for
+        # a free name in the session's folder, which races when two nodes of one host
+        # start at once ("bind: Address already in use"). A short path keeps the socket
+        # paths under the 107-byte limit of Unix sockets.
+        temp_dir = Path(tempfile.gettempdir()) / f"raylab-{os.getuid()}" / secrets.token_hex(4)
+        common.append(f"--temp-dir={temp_dir}")
+        return spawn(
+            [*supervisor, self.ray, "start", *args, *common], log, role, index, env, str(temp_dir)
+        )
 
     # --- status -------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -31,6 +32,7 @@ class NodeProcess:
     pid: int  # also the session id of everything the node spawned
     create_time: float  # tells our process from a later one that reused the pid
     log: str
+    temp_dir: str = ""  # the node's own Ray temp dir (sockets, session logs)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -40,7 +42,9 @@ class NodeProcess:
         return cls(**data)
 
 
-def spawn(argv: list[str], log: Path, role: str, index: int, env: dict[str, str]) -> NodeProcess:
+def spawn(
+    argv: list[str], log: Path, role: str, index: int, env: dict[str, str], temp_dir: str = ""
+) -> NodeProcess:
     full_env = {k: v for k, v in os.environ.items() if k not in _STRIP_ENV}
     full_env.update(_RAY_ENV)
     full_env.update(env)
@@ -62,7 +66,7 @@ def spawn(argv: list[str], log: Path, role: str, index: int, env: dict[str, str]
         created = psutil.Process(proc.pid).create_time()
     except psutil.Error:
         created = 0.0
-    return NodeProcess(role, index, proc.pid, created, str(log))
+    return NodeProcess(role, index, proc.pid, created, str(log), temp_dir)
 
 
 def alive(node: NodeProcess) -> bool:
@@ -103,7 +107,16 @@ def session_members(sids: set[int]) -> list[psutil.Process]:
 
 
 def stop_sessions(nodes: Iterable[NodeProcess], grace: float = 15.0) -> None:
-    """End every process the nodes started: SIGTERM, then SIGKILL whatever is left."""
+    """End every process the nodes started (SIGTERM, then SIGKILL whatever is left), and
+    remove their Ray temp dirs."""
+    nodes = list(nodes)
+    _end_sessions(nodes, grace)
+    for node in nodes:
+        if node.temp_dir:
+            shutil.rmtree(node.temp_dir, ignore_errors=True)
+
+
+def _end_sessions(nodes: list[NodeProcess], grace: float) -> None:
     sids = {n.pid for n in nodes if n.create_time and (alive(n) or _session_exists(n.pid))}
     if not sids:
         return

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Build (once per version) the binaries of the local Kubernetes test control plane:
+#   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, ray-operator
+# plus KubeRay's CRD YAMLs, next to ray-operator.
+#
+# Versions come from the wrapper modules' go.mod files in ./go/<component>/ (the single
+# source of truth; controlplane.py reads the same files). Everything is cached under
+#   ${RAYLAB_CACHE:-$HOME/.cache/raylab}/k8s-bin/<component>-<version>/
+# with the Go module and build caches under the same root, so a warm run only checks
+# that the files exist, and a version bump rebuilds incrementally.
+#
+# Usage: build.sh            build what is missing
+#        build.sh --force    rebuild everything
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+CACHE_ROOT="${RAYLAB_CACHE:-$HOME/.cache/raylab}"
+BIN_ROOT="$CACHE_ROOT/k8s-bin"
+FORCE=0
+case "${1:-}" in
+  --force) FORCE=1 ;;
+  "") ;;
+  *) echo "usage: $0 [--force]" >&2; exit 2 ;;
+esac
+
+# Version of MODULE as required by the go.mod in DIR (works for both the one-line and the
+# block form of `require`).
+module_version() {
+  awk -v m="$1" '{ for (i = 1; i < NF; i++) if ($i == m) { print $(i + 1); exit } }' "$2/go.mod"
+}
+
+ETCD_MOD=go.etcd.io/etcd/server/v3
+K8S_MOD=k8s.io/kubernetes
+KWOK_MOD=sigs.k8s.io/kwok
+KUBERAY_MOD=github.com/ray-project/kuberay/ray-operator
+ETCD_VERSION="$(module_version "$ETCD_MOD" "$HERE/go/etcd")"
+K8S_VERSION="$(module_version "$K8S_MOD" "$HERE/go/kubernetes")"
+KWOK_VERSION="$(module_version "$KWOK_MOD" "$HERE/go/kwok")"
+KUBERAY_VERSION="$(module_version "$KUBERAY_MOD" "$HERE/go/kuberay")"
+CRDS=(ray.io_rayclusters.yaml ray.io_rayjobs.yaml ray.io_rayservices.yaml)
+
+# component  version  wrapper-module-dir  package
+COMPONENTS=(
+  "etcd $ETCD_VERSION etcd $ETCD_MOD"
+  "kube-apiserver $K8S_VERSION kubernetes $K8S_MOD/cmd/kube-apiserver"
+  "kube-controller-manager $K8S_VERSION kubernetes $K8S_MOD/cmd/kube-controller-manager"
+  "kube-scheduler $K8S_VERSION kubernetes $K8S_MOD/cmd/kube-scheduler"
+  "kwok $KWOK_VERSION kwok $KWOK_MOD/cmd/kwok"
+  "ray-operator $KUBERAY_VERSION kuberay $KUBERAY_MOD"
+)
+
+is_cached() { # component version
+  local dir="$BIN_ROOT/$1-$2"
+  [[ -x "$dir/$1" ]] || return 1
+  if [[ "$1" == ray-operator ]]; then
+    local crd
+    for crd in "${CRDS[@]}"; do [[ -s "$dir/$crd" ]] || return 1; done
+  fi
+}
+
+missing=()
+for entry in "${COMPONENTS[@]}"; do
+  read -r name version _ _ <<<"$entry"
+  if [[ $FORCE == 1 ]] || ! is_cached "$name" "$version"; then missing+=("$entry"); fi
+done
+if [[ ${#missing[@]} == 0 ]]; then
+  echo "k8s-bin: all cached under $BIN_ROOT"
+  exit 0
+fi
+
+command -v go >/dev/null || { echo "build.sh: 'go' not found on PATH" >&2; exit 1; }
+mkdir -p "$BIN_ROOT"
+# Serialise concurrent builds (two pytest sessions, a developer shell) on the same cache.
+if command -v flock >/dev/null; then
+  exec 9>"$BIN_ROOT/.build.lock"
+  flock 9
+fi
+
+export GOMODCACHE="$CACHE_ROOT/go/mod"
+export GOCACHE="$CACHE_ROOT/go/build"
+# -mod=readonly: build exactly what go.mod/go.sum pin, never edit them.
+export GOFLAGS="-trimpath -mod=readonly"
+export CGO_ENABLED=0
+
+# What hack/lib/version.sh stamps into release builds; without it the components report
+# v0.0.0-master and version checks (clients, kwok, the operator) see a bogus server version.
+k8s_ldflags() {
+  local v="$1" major minor pkg flags="-s -w"
+  major="${v#v}"; major="${major%%.*}"
+  minor="${v#v*.}"; minor="${minor%%.*}"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    flags+=" -X $pkg.gitVersion=$v -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
+    flags+=" -X $pkg.gitTreeState=clean"
+  done
+  printf '%s' "$flags"
+}
+
+total_start=$SECONDS
+for entry in "${missing[@]}"; do
+  read -r name version module pkg <<<"$entry"
+  # Another build may have finished it while we waited for the lock.
+  if [[ $FORCE == 0 ]] && is_cached "$name" "$version"; then continue; fi
+  dest="$BIN_ROOT/$name-$version"
+  tmp="$BIN_ROOT/.$name-$version.tmp.$$"
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
+  trap 'rm -rf "$tmp"' EXIT
+  ldflags="-s -w"
+  [[ $module == kubernetes ]] && ldflags="$(k8s_ldflags "$version")"
+  echo "k8s-bin: building $name $version ..."
+  start=$SECONDS
+  (cd "$HERE/go/$module" && go build -ldflags="$ldflags" -o "$tmp/$name" "$pkg")
+  if [[ $name == ray-operator ]]; then
+    src="$(cd "$HERE/go/$module" && go list -m -f '{{.Dir}}' "$KUBERAY_MOD")/config/crd/bases"
+    for crd in "${CRDS[@]}"; do install -m 0644 "$src/$crd" "$tmp/$crd"; done
+  fi
+  # Swap in atomically so an interrupted build never leaves a half-written cache entry.
+  rm -rf "$dest"
+  mv "$tmp" "$dest"
+  trap - EXIT
+  echo "k8s-bin: built $name $version in $((SECONDS - start))s -> $dest"
+done
+echo "k8s-bin: done in $((SECONDS - total_start))s"

@@ -1,0 +1,1021 @@
+"""A real Kubernetes control plane on 127.0.0.1 for tests: no Docker, no kubelet.
+
+Processes (each in its own process group, logs in ``log_dir/<name>.log``):
+
+- etcd, kube-apiserver (token auth + RBAC), kube-controller-manager (garbage
+  collection, namespaces, service accounts, node lifecycle), kube-scheduler;
+- KWOK, which plays the kubelets of the fake nodes below: it keeps their heartbeats
+  (node leases) and marks pods bound to them Running and Ready with a fake pod IP;
+- the real KubeRay operator, watching all namespaces. Its CRDs (rayclusters, rayjobs,
+  rayservices) are installed before the controller-manager starts, so the garbage
+  collector knows ``RayCluster`` from its first discovery and deleting one removes
+  its pods.
+
+Binaries come from ``build.sh``, cached under
+``${RAYLAB_CACHE:-~/.cache/raylab}/k8s-bin/<component>-<version>/``.
+
+Users (static tokens, ``--token-auth-file``); ``kubeconfig(user)`` gives each a file:
+
+- ``admin``: group ``system:masters`` (cluster-admin); the components use it too.
+- ``alice``, ``bob``: no groups, so no rights beyond those of every authenticated
+  user (discovery, self-subject reviews). Tests grant rights with Role/RoleBinding.
+
+TLS: a throwaway CA made with the ``openssl`` CLI signs the apiserver's serving
+certificate (SANs 127.0.0.1, localhost, kubernetes.default.svc, ...). Kubeconfigs
+embed that CA, so clients verify TLS for real (no insecure-skip-tls-verify). A
+restarted apiserver reuses the same port, certificates, tokens and etcd.
+
+Fake nodes (what the product's GPU profiles target):
+
+===========  ==============  ==================================================
+node         nvidia.com/gpu  labels (besides kubernetes.io/hostname, os, arch)
+===========  ==============  ==================================================
+kwok-a100-0  8               nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB,
+kwok-a100-1  8               nvidia.com/gpu.count=8,
+                             nvidia.com/gpu.memory=81920,
+                             nvidia.com/gpu.present=true,
+                             raylab.io/gpu-type=a100
+kwok-h100-0  4               nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3,
+                             nvidia.com/gpu.count=4,
+                             nvidia.com/gpu.memory=81559,
+                             nvidia.com/gpu.present=true,
+                             raylab.io/gpu-type=h100
+kwok-cpu-0   -               (none)
+===========  ==============  ==================================================
+
+Every GPU node has the taint ``nvidia.com/gpu=present:NoSchedule``, as real GPU node
+pools do: a GPU pod needs that toleration plus a ``nodeSelector`` such as
+``raylab.io/gpu-type: a100``, and pods without the toleration (a Ray head, say) land
+on ``kwok-cpu-0``. All nodes also carry the label ``type=kwok`` and the annotation
+``kwok.x-k8s.io/node=fake``. GPU nodes have 64 cpu and 512Gi memory, the CPU node 32
+cpu and 128Gi; 110 pods each.
+
+By hand::
+
+    python tests/kubernetes/harness/controlplane.py build  # run build.sh
+    python tests/kubernetes/harness/controlplane.py up     # start; print KUBECONFIG
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import partial
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any, Self, TypeVar, cast
+
+import yaml
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+
+__all__ = [
+    "FAKE_NODES",
+    "GPU_RESOURCE",
+    "GPU_TAINT",
+    "NODE_LEASE_SECONDS",
+    "USERS",
+    "Binaries",
+    "ControlPlane",
+    "ControlPlaneError",
+    "FakeNode",
+    "call_json",
+    "ensure_built",
+    "wait_until",
+]
+
+log = logging.getLogger("raylab.k8s")
+
+HARNESS_DIR = Path(__file__).resolve().parent
+BUILD_SCRIPT = HARNESS_DIR / "build.sh"
+USERS = ("admin", "alice", "bob")
+KUBERAY_CRDS = (
+    "ray.io_rayclusters.yaml",
+    "ray.io_rayjobs.yaml",
+    "ray.io_rayservices.yaml",
+)
+SERVICE_CIDR = "10.96.0.0/16"
+POD_CIDR = "10.244.0.0/16"
+SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+NODE_LEASE_SECONDS = 40  # as a kubelet's default
+NODE_MONITOR_GRACE = "3m"  # how long a node may miss heartbeats before it is lost
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_TAINT: dict[str, str] = {
+    "key": GPU_RESOURCE,
+    "value": "present",
+    "effect": "NoSchedule",
+}
+
+T = TypeVar("T")
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not be built, started or stopped cleanly."""
+
+
+# ------------------------------------------------------------------------- fake nodes
+
+
+@dataclass(frozen=True)
+class FakeNode:
+    name: str
+    cpu: str
+    memory: str
+    gpus: int = 0
+    gpu_product: str | None = None
+    gpu_memory_mib: int | None = None
+    gpu_type: str | None = None  # value of raylab.io/gpu-type
+    pods: int = 110
+
+    def manifest(self) -> dict[str, Any]:
+        labels = {
+            "kubernetes.io/hostname": self.name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "type": "kwok",
+        }
+        capacity = {
+            "cpu": self.cpu,
+            "memory": self.memory,
+            "pods": str(self.pods),
+            "ephemeral-storage": "1Ti",
+        }
+        taints: list[dict[str, str]] = []
+        if self.gpus:
+            # Labels as NVIDIA's GPU feature discovery sets them, plus a short one.
+            labels.update(
+                {
+                    "nvidia.com/gpu.present": "true",
+                    "nvidia.com/gpu.product": self.gpu_product or "",
+                    "nvidia.com/gpu.count": str(self.gpus),
+                    "nvidia.com/gpu.memory": str(self.gpu_memory_mib or 0),
+                    "raylab.io/gpu-type": self.gpu_type or "",
+                }
+            )
+            capacity[GPU_RESOURCE] = str(self.gpus)
+            taints.append(dict(GPU_TAINT))
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": self.name,
+                "labels": labels,
+                "annotations": {KWOK_NODE_ANNOTATION[0]: KWOK_NODE_ANNOTATION[1]},
+            },
+            "spec": {"taints": taints},
+            # Nodes are the one kind whose status the apiserver keeps on create; KWOK
+            # fills in conditions, addresses and nodeInfo.
+            "status": {"capacity": capacity, "allocatable": dict(capacity)},
+        }
+
+
+FAKE_NODES: tuple[FakeNode, ...] = (
+    FakeNode("kwok-a100-0", "64", "512Gi", 8, "NVIDIA-A100-SXM4-80GB", 81920, "a100"),
+    FakeNode("kwok-a100-1", "64", "512Gi", 8, "NVIDIA-A100-SXM4-80GB", 81920, "a100"),
+    FakeNode("kwok-h100-0", "64", "512Gi", 4, "NVIDIA-H100-80GB-HBM3", 81559, "h100"),
+    FakeNode("kwok-cpu-0", "32", "128Gi"),
+)
+
+
+# --------------------------------------------------------------------------- binaries
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("RAYLAB_CACHE") or Path.home() / ".cache" / "raylab")
+
+
+def _module_version(wrapper: str, module: str) -> str:
+    """The version of ``module`` required by ``go/<wrapper>/go.mod`` (as build.sh)."""
+    gomod = HARNESS_DIR / "go" / wrapper / "go.mod"
+    for line in gomod.read_text().splitlines():
+        fields = line.split()
+        if module in fields[:-1]:
+            return fields[fields.index(module) + 1]
+    raise ControlPlaneError(f"{module} not required in {gomod}")
+
+
+@dataclass(frozen=True)
+class Binaries:
+    etcd: Path
+    kube_apiserver: Path
+    kube_controller_manager: Path
+    kube_scheduler: Path
+    kwok: Path
+    ray_operator: Path
+
+    @classmethod
+    def locate(cls, root: Path | None = None) -> Binaries:
+        base = (root or cache_root()) / "k8s-bin"
+        k8s = _module_version("kubernetes", "k8s.io/kubernetes")
+
+        def at(name: str, version: str) -> Path:
+            return base / f"{name}-{version}" / name
+
+        return cls(
+            etcd=at("etcd", _module_version("etcd", "go.etcd.io/etcd/server/v3")),
+            kube_apiserver=at("kube-apiserver", k8s),
+            kube_controller_manager=at("kube-controller-manager", k8s),
+            kube_scheduler=at("kube-scheduler", k8s),
+            kwok=at("kwok", _module_version("kwok", "sigs.k8s.io/kwok")),
+            ray_operator=at(
+                "ray-operator",
+                _module_version("kuberay", "github.com/ray-project/kuberay/ray-operator"),
+            ),
+        )
+
+    @property
+    def crds(self) -> list[Path]:
+        return [self.ray_operator.parent / name for name in KUBERAY_CRDS]
+
+    def missing(self) -> list[Path]:
+        paths = [
+            self.etcd,
+            self.kube_apiserver,
+            self.kube_controller_manager,
+            self.kube_scheduler,
+            self.kwok,
+            self.ray_operator,
+            *self.crds,
+        ]
+        return [p for p in paths if not p.is_file()]
+
+
+def ensure_built(root: Path | None = None) -> Binaries:
+    """Run build.sh if any binary is missing (a cold build takes tens of minutes)."""
+    binaries = Binaries.locate(root)
+    if binaries.missing():
+        env = dict(os.environ)
+        if root is not None:
+            env["RAYLAB_CACHE"] = str(root)
+        log.warning("Kubernetes binaries missing; running %s (slow when cold)", BUILD_SCRIPT)
+        subprocess.run(["bash", str(BUILD_SCRIPT)], check=True, env=env)
+        if missing := binaries.missing():
+            raise ControlPlaneError(f"build.sh finished but these are missing: {missing}")
+    return binaries
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def wait_until(
+    what: str,
+    probe: Callable[[], T | None],
+    timeout: float = 60.0,
+    interval: float = 0.25,
+    check: Callable[[], None] | None = None,
+) -> T:
+    """Poll ``probe`` until it returns something truthy; exceptions count as "not yet".
+
+    ``check`` runs each round and may raise to give up early (a process died).
+    """
+    deadline = time.monotonic() + timeout
+    last_error: BaseException | None = None
+    while True:
+        if check is not None:
+            check()
+        try:
+            result = probe()
+        except Exception as exc:  # anything means "not ready yet"
+            last_error = exc
+        else:
+            if result:
+                return result
+        if time.monotonic() >= deadline:
+            detail = f" (last error: {last_error!r})" if last_error else ""
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
+        time.sleep(interval)
+
+
+def call_json(method: Callable[..., object], *args: Any, **kwargs: Any) -> Any:
+    """Call a kubernetes-client API method and return the decoded JSON body.
+
+    Skips the client's model classes: they are slow on megabyte CRDs, and plain dicts
+    are simpler to assert on (the same shape as ``kubectl get -o json``).
+    """
+    response = cast(Any, method(*args, _preload_content=False, **kwargs))
+    return json.loads(response.data)
+
+
+_CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+def _crd_name(path: Path) -> str:
+    # controller-gen names its files <group>_<plural>.yaml; the CRD is <plural>.<group>.
+    group, plural = path.stem.split("_", 1)
+    return f"{plural}.{group}"
+
+
+def _free_ports(count: int) -> list[int]:
+    # Hold all sockets open until every port is chosen so that they are distinct.
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind(("127.0.0.1", 0))
+            ports.append(sock.getsockname()[1])
+        return ports
+
+
+def _openssl(command: str, cwd: Path) -> None:
+    argv = ["openssl", *shlex.split(command)]
+    proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise ControlPlaneError(f"{' '.join(argv)} failed:\n{proc.stderr}")
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    try:
+        return cast(Callable[..., int], ctypes.CDLL(None, use_errno=True).prctl)
+    except (OSError, AttributeError):  # not Linux
+        return None
+
+
+# Looked up once here: the child between fork and exec should do as little as possible.
+_PRCTL = _load_prctl()
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    # Runs in the child before exec: if the test runner is killed outright, the kernel
+    # sends SIGTERM to the component instead of leaving it behind.
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _http_ok(url: str, context: ssl.SSLContext | None = None, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, context=context, timeout=timeout) as resp:
+            return bool(resp.status == HTTPStatus.OK)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@dataclass
+class _Process:
+    name: str
+    log_path: Path
+    popen: subprocess.Popen[bytes]
+
+    @property
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+
+# ---------------------------------------------------------------------- control plane
+
+
+class ControlPlane:
+    """etcd, apiserver, controller-manager, scheduler, KWOK and KubeRay on loopback."""
+
+    def __init__(self, work_dir: Path | None = None, binaries: Binaries | None = None) -> None:
+        self._binaries = binaries
+        self._given_work_dir = work_dir
+        self.work_dir: Path = work_dir or Path()
+        self.server_url = ""
+        self._procs: dict[str, _Process] = {}
+        self._tokens: dict[str, str] = {}
+        self._ports: dict[str, int] = {}
+        self._started = False
+
+    # ---- public paths
+
+    @property
+    def log_dir(self) -> Path:
+        return self.work_dir / "logs"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.work_dir / "pki" / "ca.crt"
+
+    def kubeconfig(self, user: str = "admin") -> Path:
+        """Kubeconfig of ``admin``, ``alice`` or ``bob``: token, CA-verified TLS."""
+        if user not in USERS:
+            raise ValueError(f"unknown user {user!r}; expected one of {USERS}")
+        return self.work_dir / "kubeconfig" / f"{user}.yaml"
+
+    def token(self, user: str) -> str:
+        return self._tokens[user]
+
+    def api_client(self, user: str = "admin") -> k8s_client.ApiClient:
+        """A new client for ``user``; close it (or use it in ``with``) when done."""
+        # The loader is untyped; it does return an ApiClient.
+        load = cast(Callable[..., k8s_client.ApiClient], k8s_config.new_client_from_config)
+        return load(config_file=str(self.kubeconfig(user)), persist_config=False)
+
+    # ---- lifecycle
+
+    def start(self) -> None:
+        if self._started:
+            raise ControlPlaneError("already started")
+        t0 = time.monotonic()
+        binaries = self._binaries or Binaries.locate()
+        if missing := binaries.missing():
+            raise ControlPlaneError(
+                f"missing binaries {[str(p) for p in missing]}: run {BUILD_SCRIPT}"
+            )
+        if shutil.which("openssl") is None:
+            raise ControlPlaneError("the openssl CLI is needed to make the test certificates")
+        self._binaries = binaries
+        if self._given_work_dir is None:
+            self.work_dir = Path(tempfile.mkdtemp(prefix="raylab-k8s-"))
+        elif self.work_dir.exists() and any(self.work_dir.iterdir()):
+            # Old etcd data would hold old nodes, tokens and certs: start from nothing.
+            raise ControlPlaneError(f"work dir {self.work_dir} is not empty")
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(exist_ok=True)
+        self._started = True
+        try:
+            self._prepare_files()
+            self._phase("etcd", self._start_etcd)
+            self._phase("kube-apiserver", self.start_apiserver)
+            self._phase("KubeRay CRDs", self.install_crds)
+            self._phase("fake nodes", self._create_nodes)
+            self._phase("controllers", self._start_controllers)
+            self._phase("ready", self._wait_ready)
+        except Exception as exc:
+            self.stop(keep_work_dir=True)
+            raise ControlPlaneError(f"{exc}\n(logs in {self.log_dir})") from exc
+        except BaseException:  # Ctrl-C: clean up, nothing to explain
+            self.stop(keep_work_dir=True)
+            raise
+        log.info(
+            "control plane up in %.1fs at %s (logs: %s)",
+            time.monotonic() - t0,
+            self.server_url,
+            self.log_dir,
+        )
+
+    def stop(self, keep_work_dir: bool = False, timeout: float = 15.0) -> None:
+        """Stop every process (whole process groups) and verify that none is left.
+
+        The work dir (etcd data, certs, kubeconfigs, logs) is removed unless
+        ``keep_work_dir`` or the caller supplied it.
+        """
+        procs, self._procs = self._procs, {}
+        # Clients first, then the apiserver, then etcd: an apiserver whose etcd is gone
+        # stalls in its graceful shutdown.
+        servers = ("kube-apiserver", "etcd")
+        tiers = [[p for name, p in procs.items() if name not in servers]]
+        tiers += [[procs[name]] for name in servers if name in procs]
+        leftovers: list[str] = []
+        for tier in tiers:
+            leftovers += self._signal_and_reap(tier, timeout)
+        if leftovers:
+            raise ControlPlaneError(f"processes left behind: {leftovers}")
+        if self._started and not keep_work_dir and self._given_work_dir is None:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+        self._started = False
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop_apiserver(self, graceful: bool = True) -> None:
+        """Take the apiserver down (SIGTERM, or SIGKILL if not ``graceful``).
+
+        Everything else keeps running and reconnects after ``start_apiserver()``.
+        Outages of up to about 2 minutes leave pods Ready (see NODE_MONITOR_GRACE).
+        """
+        proc = self._procs.pop("kube-apiserver", None)
+        if proc is None:
+            raise ControlPlaneError("kube-apiserver is not running")
+        if not graceful:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.popen.pid, signal.SIGKILL)
+        if self._signal_and_reap([proc], timeout=30.0):
+            raise ControlPlaneError("kube-apiserver survived SIGKILL")
+
+    def start_apiserver(self) -> None:
+        """(Re)start the apiserver: same port, certificates, tokens and etcd."""
+        if "kube-apiserver" in self._procs:
+            raise ControlPlaneError("kube-apiserver is already running")
+        assert self._binaries is not None
+        p = self._ports
+        pki = self.work_dir / "pki"
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(self._binaries.kube_apiserver),
+                f"--etcd-servers=http://127.0.0.1:{p['etcd']}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={p['apiserver']}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--cert-dir={self.work_dir / 'kube-apiserver'}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--allow-privileged=true",
+                f"--service-account-issuer={SA_ISSUER}",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                "--authorization-mode=Node,RBAC",
+                f"--token-auth-file={self.work_dir / 'tokens.csv'}",
+                "--profiling=false",
+                # Endpoints may not hold 127.0.0.1: leave the "kubernetes" Service
+                # without any instead of logging a failed update every 10 s.
+                "--endpoint-reconciler-type=none",
+                # Close open watches on SIGTERM: otherwise a graceful stop waits for
+                # them (the controllers' watches) for over 30 s.
+                "--shutdown-watch-termination-grace-period=2s",
+            ],
+        )
+        ctx = ssl.create_default_context(cafile=str(self.ca_file))
+        wait_until(
+            "kube-apiserver /readyz",
+            lambda: _http_ok(f"{self.server_url}/readyz", ctx),
+            timeout=120,
+            check=self._check_alive,
+        )
+
+    # ---- CRDs
+
+    def install_crds(self, timeout: float = 60.0) -> None:
+        """Create the KubeRay CRDs (if absent) and wait until they are Established.
+
+        The YAML goes to the apiserver as is: parsing it and passing it through the
+        client's models would cost seconds, and a plain create is several times faster
+        than server-side apply on these megabyte objects (client-side apply fails).
+        """
+        assert self._binaries is not None
+        names = []
+        for path in self._binaries.crds:
+            names.append(_crd_name(path))
+            # Already there (installed before): same files, same version.
+            with contextlib.suppress(FileExistsError):
+                self._admin_request("POST", _CRD_PATH, path.read_bytes(), "application/yaml")
+
+        def established(name: str) -> bool:
+            crd = self._admin_request("GET", f"{_CRD_PATH}/{name}")
+            conditions = crd.get("status", {}).get("conditions") or []
+            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+        for name in names:
+            wait_until(f"CRD {name} Established", partial(established, name), timeout)
+
+    def uninstall_crds(self, timeout: float = 60.0) -> None:
+        """Delete the KubeRay CRDs, and so every Ray object.
+
+        The operator logs errors until they come back. After a reinstall the garbage
+        collector only notices them at its next discovery resync (about 30 s).
+        """
+        assert self._binaries is not None
+        names = [_crd_name(path) for path in self._binaries.crds]
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                self._admin_request("DELETE", f"{_CRD_PATH}/{name}")
+
+        def gone(name: str) -> bool:
+            try:
+                self._admin_request("GET", f"{_CRD_PATH}/{name}")
+            except FileNotFoundError:
+                return True
+            return False
+
+        for name in names:
+            wait_until(f"CRD {name} deleted", partial(gone, name), timeout)
+
+    def _admin_request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        """A raw API request as admin.
+
+        Raises FileNotFoundError for 404, FileExistsError for 409, else ControlPlaneError.
+        """
+        request = urllib.request.Request(
+            self.server_url + path,
+            data=body,
+            method=method,
+            headers={
+                "Authorization": f"Bearer {self._tokens['admin']}",
+                "Content-Type": content_type,
+                "Accept": "application/json",
+            },
+        )
+        ctx = ssl.create_default_context(cafile=str(self.ca_file))
+        try:
+            with urllib.request.urlopen(request, context=ctx, timeout=60) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")
+            if exc.code == HTTPStatus.NOT_FOUND:
+                raise FileNotFoundError(f"{method} {path}: {detail}") from exc
+            if exc.code == HTTPStatus.CONFLICT:
+                raise FileExistsError(f"{method} {path}: {detail}") from exc
+            raise ControlPlaneError(f"{method} {path}: {exc.code} {detail}") from exc
+
+    # ---- internals: setup
+
+    def _phase(self, what: str, step: Callable[[], None]) -> None:
+        t = time.monotonic()
+        step()
+        log.info("  %-15s %.1fs", what, time.monotonic() - t)
+
+    def _prepare_files(self) -> None:
+        names = (
+            "etcd",
+            "etcd-peer",
+            "apiserver",
+            "controller-manager",
+            "scheduler",
+            "operator",
+        )
+        self._ports = dict(zip(names, _free_ports(len(names)), strict=True))
+        self.server_url = f"https://127.0.0.1:{self._ports['apiserver']}"
+        self._make_pki(self.work_dir / "pki")
+        self._tokens = {user: secrets.token_urlsafe(24) for user in USERS}
+        # token,user,uid[,"groups"]: only admin has a group (system:masters).
+        rows = [f'{self._tokens["admin"]},admin,uid-admin,"system:masters"']
+        rows += [f"{self._tokens[u]},{u},uid-{u}" for u in USERS if u != "admin"]
+        (self.work_dir / "tokens.csv").write_text("\n".join(rows) + "\n")
+        (self.work_dir / "kubeconfig").mkdir(exist_ok=True)
+        ca_data = base64.b64encode(self.ca_file.read_bytes()).decode()
+        for user in USERS:
+            doc = {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "raylab",
+                        "cluster": {
+                            "server": self.server_url,
+                            "certificate-authority-data": ca_data,
+                        },
+                    }
+                ],
+                "users": [{"name": user, "user": {"token": self._tokens[user]}}],
+                "contexts": [
+                    {
+                        "name": f"raylab-{user}",
+                        "context": {
+                            "cluster": "raylab",
+                            "user": user,
+                            "namespace": "default",
+                        },
+                    }
+                ],
+                "current-context": f"raylab-{user}",
+            }
+            path = self.kubeconfig(user)
+            path.write_text(yaml.safe_dump(doc, sort_keys=False))
+            path.chmod(0o600)
+
+    def _make_pki(self, pki: Path) -> None:
+        pki.mkdir(parents=True, exist_ok=True)
+        # P-256 keys: as good as RSA here and generated in milliseconds.
+        ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
+        _openssl(
+            f"req -x509 {ec} -keyout ca.key -out ca.crt -days 3650"
+            " -subj /CN=raylab-test-ca"
+            " -addext basicConstraints=critical,CA:TRUE"
+            " -addext keyUsage=critical,keyCertSign,cRLSign",
+            pki,
+        )
+        _openssl(
+            f"req {ec} -keyout apiserver.key -out apiserver.csr -subj /CN=apiserver",
+            pki,
+        )
+        sans = [
+            "IP:127.0.0.1",
+            "IP:10.96.0.1",  # ClusterIP of the "kubernetes" Service
+            "DNS:localhost",
+            "DNS:kubernetes",
+            "DNS:kubernetes.default",
+            "DNS:kubernetes.default.svc",
+            "DNS:kubernetes.default.svc.cluster.local",
+        ]
+        # Key identifiers and key usages keep strict verifiers (Python 3.13+) happy.
+        (pki / "apiserver.ext").write_text(
+            f"subjectAltName={','.join(sans)}\n"
+            "basicConstraints=CA:FALSE\n"
+            "keyUsage=critical,digitalSignature,keyEncipherment\n"
+            "extendedKeyUsage=serverAuth\n"
+            "subjectKeyIdentifier=hash\n"
+            "authorityKeyIdentifier=keyid,issuer\n"
+        )
+        _openssl(
+            "x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial"
+            " -out apiserver.crt -days 3650 -extfile apiserver.ext",
+            pki,
+        )
+        # Service-account token signing keys (apiserver and controller-manager).
+        _openssl("genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out sa.key", pki)
+        _openssl("pkey -in sa.key -pubout -out sa.pub", pki)
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        run_dir = self.work_dir / name
+        run_dir.mkdir(exist_ok=True)  # cwd, so stray relative writes stay in the work dir
+        log_path = self.log_dir / f"{name}.log"
+        with log_path.open("ab") as out:
+            out.write(f"\n==== {time.strftime('%H:%M:%S')} {' '.join(argv)}\n".encode())
+            out.flush()
+            popen = subprocess.Popen(
+                argv,
+                cwd=run_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,  # own process group: stop() kills it whole
+                preexec_fn=_die_with_parent,  # only calls prctl, looked up beforehand
+            )
+        self._procs[name] = _Process(name, log_path, popen)
+
+    def _check_alive(self) -> None:
+        for proc in self._procs.values():
+            if not proc.alive:
+                raise ControlPlaneError(
+                    f"{proc.name} exited with {proc.popen.returncode}; "
+                    f"last lines of {proc.log_path}:\n{_tail(proc.log_path)}"
+                )
+
+    def _start_etcd(self) -> None:
+        assert self._binaries is not None
+        client = f"http://127.0.0.1:{self._ports['etcd']}"
+        peer = f"http://127.0.0.1:{self._ports['etcd-peer']}"
+        self._spawn(
+            "etcd",
+            [
+                str(self._binaries.etcd),
+                "--name=raylab",
+                f"--data-dir={self.work_dir / 'etcd' / 'data'}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=raylab={peer}",
+                "--unsafe-no-fsync",  # throwaway data: fsync only slows tests down
+                "--log-level=warn",
+            ],
+        )
+        wait_until(
+            "etcd /health",
+            lambda: _http_ok(f"{client}/health"),
+            30,
+            check=self._check_alive,
+        )
+
+    def _create_nodes(self) -> None:
+        with self.api_client() as api:
+            core = k8s_client.CoreV1Api(api)
+            for node in FAKE_NODES:
+                call_json(core.create_node, node.manifest())
+
+    def _start_controllers(self) -> None:
+        assert self._binaries is not None
+        admin = str(self.kubeconfig("admin"))
+        pki = self.work_dir / "pki"
+        # Components run as admin: simpler than one identity each, and irrelevant to
+        # what the tests check (the RBAC of ordinary users).
+        delegated = [
+            f"--kubeconfig={admin}",
+            f"--authentication-kubeconfig={admin}",
+            f"--authorization-kubeconfig={admin}",
+            # No client CA is configured, so there is nothing to look up (saves errors).
+            "--authentication-skip-lookup=true",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+        ]
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(self._binaries.kube_controller_manager),
+                *delegated,
+                f"--secure-port={self._ports['controller-manager']}",
+                f"--cert-dir={self.work_dir / 'kube-controller-manager'}",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--root-ca-file={self.ca_file}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                # Nodes count as lost after 3 min without a heartbeat instead of 50 s, so an
+                # apiserver outage (stop_apiserver) of up to ~2 min is survived: after a
+                # longer one the node controller marks every pod NotReady, and KWOK, unlike
+                # a kubelet, never marks a pod Ready twice.
+                f"--node-monitor-grace-period={NODE_MONITOR_GRACE}",
+                # Its default is under /usr/libexec, which it would otherwise create.
+                f"--flex-volume-plugin-dir={self.work_dir / 'kube-controller-manager'}",
+            ],
+        )
+        self._spawn(
+            "kube-scheduler",
+            [
+                str(self._binaries.kube_scheduler),
+                *delegated,
+                f"--secure-port={self._ports['scheduler']}",
+                f"--cert-dir={self.work_dir / 'kube-scheduler'}",
+            ],
+        )
+        kwok_home = self.work_dir / "kwok"
+        kwok_home.mkdir(exist_ok=True)
+        self._spawn(
+            "kwok",
+            [
+                str(self._binaries.kwok),
+                f"--kubeconfig={admin}",
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={'='.join(KWOK_NODE_ANNOTATION)}",
+                f"--cidr={POD_CIDR}",
+                "--node-ip=10.0.0.1",
+                # Without a config file the lease duration is 0: no node Leases and a
+                # status heartbeat only every ~10 min, so the node lifecycle controller
+                # (50 s grace) keeps tainting the nodes unreachable. With it: Leases
+                # renewed every 10 s and status heartbeats every 20-45 s.
+                f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
+            ],
+            # kwok also reads ~/.kwok/kwok.yaml: keep a developer's own config out.
+            env={"HOME": str(kwok_home)},
+        )
+        self._spawn(
+            "ray-operator",
+            [
+                str(self._binaries.ray_operator),
+                f"--kubeconfig={admin}",
+                "--enable-leader-election=false",
+                "--metrics-addr=0",
+                f"--health-probe-bind-address=127.0.0.1:{self._ports['operator']}",
+                "--log-stdout-encoder=console",
+                # no --watch-namespace: all namespaces
+            ],
+        )
+
+    def _wait_ready(self) -> None:
+        insecure = ssl.create_default_context()
+        # The controller-manager's and scheduler's health endpoints use throwaway
+        # self-signed certs; only liveness is checked, nothing secret is sent.
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE
+        for name in ("controller-manager", "scheduler"):
+            url = f"https://127.0.0.1:{self._ports[name]}/healthz"
+            wait_until(
+                f"{name} /healthz",
+                partial(_http_ok, url, insecure),
+                60,
+                check=self._check_alive,
+            )
+        operator = f"http://127.0.0.1:{self._ports['operator']}/readyz"
+        wait_until(
+            "ray-operator /readyz",
+            lambda: _http_ok(operator),
+            60,
+            check=self._check_alive,
+        )
+        with self.api_client() as api:
+            core = k8s_client.CoreV1Api(api)
+            # Service-account controller running: pods can go in new namespaces.
+            wait_until(
+                "default ServiceAccount",
+                partial(core.read_namespaced_service_account, "default", "default"),
+                60,
+                0.5,
+                self._check_alive,
+            )
+
+            leases = k8s_client.CoordinationV1Api(api)
+
+            def nodes_ready() -> bool:
+                nodes = call_json(core.list_node)["items"]
+                held = call_json(leases.list_namespaced_lease, "kube-node-lease")["items"]
+                # A Lease per node: KWOK heartbeats as a kubelet would.
+                if len(nodes) < len(FAKE_NODES) or len(held) < len(FAKE_NODES):
+                    return False
+                for node in nodes:
+                    conditions = node["status"].get("conditions") or []
+                    if not any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+                        return False
+                    # node.kubernetes.io/not-ready etc. go once the node lifecycle
+                    # controller has seen the node Ready; nothing schedules before.
+                    taints = node["spec"].get("taints") or []
+                    if any(t["key"].startswith("node.kubernetes.io/") for t in taints):
+                        return False
+                return True
+
+            wait_until(
+                "fake nodes Ready and untainted",
+                nodes_ready,
+                90,
+                0.5,
+                self._check_alive,
+            )
+
+    # ---- internals: teardown
+
+    def _signal_and_reap(self, procs: Sequence[_Process], timeout: float) -> list[str]:
+        """SIGTERM, then SIGKILL after ``timeout``; the names of groups still alive."""
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.popen.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for proc in procs:
+            try:
+                proc.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("%s ignored SIGTERM; killing it", proc.name)
+        leftovers = []
+        for proc in procs:
+            # SIGKILL whatever is left of the group (the leader or anything it forked).
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.popen.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.popen.wait(timeout=5)
+            if self._group_alive(proc.popen.pid, wait=5.0):
+                leftovers.append(proc.name)
+        return leftovers
+
+    @staticmethod
+    def _group_alive(pgid: int, wait: float) -> bool:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return False
+            if time.monotonic() >= deadline:
+                return True
+            time.sleep(0.05)
+
+
+# ----------------------------------------------------------------------- command line
+
+
+@contextlib.contextmanager
+def _until_interrupted() -> Iterator[None]:
+    # Ctrl-C, and `kill PID` too, tear everything down. SIGINT is set explicitly: a
+    # shell starting us in the background leaves it ignored.
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = [signal.signal(sig, signal.default_int_handler) for sig in signals]
+    try:
+        yield
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for sig, handler in zip(signals, previous, strict=True):
+            signal.signal(sig, handler)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("build", help="build (or check) the cached binaries with build.sh")
+    up = sub.add_parser("up", help="start the control plane and wait for Ctrl-C")
+    up.add_argument("--work-dir", type=Path, help="an empty folder for state and logs, kept")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    if args.command == "build":
+        return subprocess.run(["bash", str(BUILD_SCRIPT)], check=False).returncode
+
+    ensure_built()
+    plane = ControlPlane(work_dir=args.work_dir)
+    with _until_interrupted():
+        plane.start()
+        try:
+            print(f"apiserver:  {plane.server_url}")
+            print(f"logs:       {plane.log_dir}")
+            for user in USERS:
+                print(f"kubeconfig: {plane.kubeconfig(user)}  ({user})")
+            print(
+                f"\nexport KUBECONFIG={plane.kubeconfig('admin')}\n\nCtrl-C to stop.",
+                flush=True,
+            )
+            while True:
+                time.sleep(3600)
+        finally:
+            print("stopping...", file=sys.stderr)
+            plane.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
