@@ -21,5 +21,8 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
     return [{"src": "labextension", "dest": "raylab"}]
 
 
-def _jupyter_server_extension_points() -> list[dict[str, str]]:
-    return [{"module": "raylab.server"}]
+def _jupyter_server_extension_points() -> list[dict[str, Any]]:
+    # Imported here, not at the top: only a Jupyter server needs it.
+    from .server.extension import RaylabExtension
+
+    return [{"module": "raylab.server.extension", "app": RaylabExtension}]

@@ -14,6 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from raylab.backends.local import CLUSTER_ENV
+
 _session_root: Path | None = None
 
 
@@ -31,14 +33,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def processes_of_this_session() -> list[psutil.Process]:
-    """Live processes started under this test session's state folder."""
+    """Live processes of local clusters started under this test session's state folder."""
     marker = os.environ["RAYLAB_STATE_DIR"]
     found = []
     for proc in psutil.process_iter():
         if proc.pid == os.getpid():
             continue
         try:
-            if proc.environ().get("RAYLAB_STATE_DIR") == marker and proc.status() != "zombie":
+            env = proc.environ()
+            ours = env.get("RAYLAB_STATE_DIR") == marker and CLUSTER_ENV in env
+            if ours and proc.status() != "zombie":
                 found.append(proc)
         except psutil.Error:
             continue

@@ -36,6 +36,7 @@ from .base import ClusterEvent
 from .local_processes import NodeProcess, alive, log_started, spawn, stop_sessions
 
 STATE_FILE = "cluster.json"
+CLUSTER_ENV = "RAYLAB_CLUSTER"
 START_TRIES = 3  # attempts per node before it is reported dead (see local_node.py)
 NODE_READY_TEXT = "Ray runtime started"
 _IP_LINE = re.compile(r"Local node IP: (\S+)")
@@ -319,6 +320,8 @@ class LocalBackend:
             f"--object-store-memory={_object_store_bytes()}",
         ]
         supervisor = [sys.executable, "-m", "raylab.backends.local_node", str(START_TRIES), "--"]
+        # Every process of the node inherits this: it tells which cluster a process is.
+        env = {**env, CLUSTER_ENV: name}
         # Each node gets a temp dir of its own: Ray names a node's sockets by probing for
         # a free name in the session's folder, which races when two nodes of one host
         # start at once ("bind: Address already in use"). A short path keeps the socket

@@ -1,21 +1,53 @@
-"""Wire raylab's handlers into a Jupyter server."""
+"""The Jupyter server extension: settings, one cache (watch) per server, the routes."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.utils import url_path_join
 
-from ..config import Settings
-from .handlers import ProfilesHandler
+from ..backends import make_backend
+from ..config import Raylab, Settings
+from .cache import ClusterCache
+from .dashboard import DashboardProxyHandler
+from .events import EventsHandler
+from .handlers import ClusterHandler, ClustersHandler, LogsHandler, ProfilesHandler
+
+NAME = r"(?P<name>[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)"
 
 
-def load(serverapp: Any) -> None:
-    settings = Settings.from_config(serverapp.config)
-    serverapp.web_app.settings["raylab_settings"] = settings
-    base = url_path_join(serverapp.web_app.settings["base_url"], "raylab")
-    serverapp.web_app.add_handlers(
-        ".*$",
-        [(url_path_join(base, "profiles"), ProfilesHandler)],
-    )
-    serverapp.log.info("raylab: serving %s (backend %s)", base, settings.backend)
+class RaylabExtension(ExtensionApp):
+    name = "raylab"
+    load_other_extensions = True
+    classes = [Raylab]  # noqa: RUF012 (declared by ExtensionApp)
+
+    cache: ClusterCache | None = None
+
+    def initialize_handlers(self) -> None:
+        assert self.serverapp is not None  # set by jupyter_server before this is called
+        settings = Settings.from_config(self.serverapp.config)
+        backend = make_backend(settings.backend, settings)
+        self.cache = ClusterCache(backend, self.log)
+        web_app: Any = self.serverapp.web_app
+        web_app.settings["raylab_settings"] = settings
+        web_app.settings["raylab_cache"] = self.cache
+        base = url_path_join(web_app.settings["base_url"], "raylab")
+        routes: list[tuple[str, Any]] = [
+            ("profiles", ProfilesHandler),
+            ("clusters", ClustersHandler),
+            ("events", EventsHandler),
+            (url_path_join("clusters", NAME), ClusterHandler),
+            (url_path_join("clusters", NAME, "logs"), LogsHandler),
+            (
+                url_path_join("clusters", NAME, "dashboard") + r"/?(?P<path>.*)",
+                DashboardProxyHandler,
+            ),
+        ]
+        web_app.add_handlers(".*$", [(url_path_join(base, p), h) for p, h in routes])
+        self.log.info("raylab: serving %s (backend %s)", base, settings.backend)
+
+    async def stop_extension(self) -> None:
+        # The watch stops with the server; the clusters themselves keep running.
+        if self.cache is not None:
+            self.cache.stop()

@@ -1,16 +1,30 @@
-"""REST handlers: thin (parse, authorize, call, serialize), as jupyter_server's own."""
+"""REST handlers: thin (parse, authorize, call the service, serialize), as jupyter_server's.
+
+Reads come from the server's `ClusterCache`; writes go through `ClusterService`, which
+applies ownership and quotas. Every error is JSON `{"error": ..., "detail": ...}`.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
 from ..config import Settings
+from ..errors import NotFound, RaylabError, SpecError
+from ..model import ClusterInfo
+from ..service import ClusterService
+from ..spec import validate_name
+from .cache import ClusterCache
 
 AUTH_RESOURCE = "raylab"
+MAX_BODY = 64 * 1024
+T = TypeVar("T")
 
 
 class RaylabHandler(APIHandler):
@@ -21,18 +35,175 @@ class RaylabHandler(APIHandler):
         settings: Settings = self.settings["raylab_settings"]
         return settings
 
+    @property
+    def cache(self) -> ClusterCache:
+        cache: ClusterCache = self.settings["raylab_cache"]
+        cache.ensure_started()
+        return cache
+
+    @property
+    def username(self) -> str:
+        return str(self.current_user.username)
+
+    @property
+    def is_admin(self) -> bool:
+        o = self.raylab_settings.options
+        groups = set(getattr(self.current_user, "groups", None) or [])
+        return self.username in o.admin_users or bool(groups & set(o.admin_groups))
+
+    def service(self) -> ClusterService:
+        return ClusterService(
+            self.cache.backend, self.raylab_settings, self.username, admin=self.is_admin
+        )
+
+    def visible(self, everyone: bool = False) -> Callable[[ClusterInfo], bool]:
+        if everyone and self.is_admin:
+            return lambda c: True
+        user = self.username
+        return lambda c: c.owner == user
+
+    def find(self, name: str) -> ClusterInfo:
+        """A cluster the caller may see, from the cache; others' are simply not found."""
+        validate_name(name)
+        info = self.cache.get(name)
+        if info is None or not (self.is_admin or info.owner == self.username):
+            raise NotFound(f"no cluster named {name!r}")
+        return info
+
+    def json_body(self) -> dict[str, Any]:
+        if len(self.request.body) > MAX_BODY:
+            raise SpecError("body", f"larger than {MAX_BODY} bytes")
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError:
+            raise SpecError("body", "not valid JSON") from None
+        if not isinstance(body, dict):
+            raise SpecError("body", "expected a JSON object")
+        return body
+
+    async def blocking(self, fn: Callable[..., T], *args: Any) -> T:
+        """Backend calls block (Kubernetes round trips, starting processes): off the loop."""
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    def reply(self, body: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(body))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, web.HTTPError):
+            body = {"error": exc.log_message or self._reason, "detail": None}
+        else:
+            body = {"error": "internal error", "detail": "see the Jupyter server log"}
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(body))
+
+    def _handle_request_exception(self, e: BaseException) -> None:
+        if isinstance(e, RaylabError):
+            # A user's or the infrastructure's error: a clear JSON answer, no traceback.
+            self.set_status(e.status)
+            self.set_header("Content-Type", "application/json")
+            self.finish(json.dumps(e.to_json()))
+            return
+        super()._handle_request_exception(e)
+
+
+def cluster_json(info: ClusterInfo, admin: bool) -> dict[str, Any]:
+    body = info.to_json()
+    body["dashboard_path"] = f"raylab/clusters/{info.name}/dashboard/"
+    return body
+
+
+class ClustersHandler(RaylabHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        everyone = self.get_argument("all", "0") in ("1", "true")
+        await self.cache.wait_synced()
+        clusters = self.cache.list(self.visible(everyone))
+        self.reply(
+            {
+                "clusters": [cluster_json(c, self.is_admin) for c in clusters],
+                "available": self.cache.error is None,
+                "error": self.cache.error,
+            }
+        )
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        body = self.json_body()
+        info, created = await self.blocking(self.service().create, body)
+        await self.blocking(self.cache.refresh, info.name)
+        self.reply({"cluster": cluster_json(info, self.is_admin)}, 201 if created else 200)
+
+
+class ClusterHandler(RaylabHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, name: str) -> None:
+        await self.cache.wait_synced()
+        self.reply({"cluster": cluster_json(self.find(name), self.is_admin)})
+
+    @web.authenticated
+    @authorized
+    async def patch(self, name: str) -> None:
+        body = self.json_body()
+        unknown = sorted(set(body) - {"workers", "suspend"})
+        if unknown or not body:
+            raise SpecError(unknown[0] if unknown else "body", "PATCH takes workers or suspend")
+        service = self.service()
+        info: ClusterInfo | None = None
+        if "suspend" in body:
+            if not isinstance(body["suspend"], bool):
+                raise SpecError("suspend", "true or false")
+            info = await self.blocking(service.set_suspended, name, body["suspend"])
+        if "workers" in body:
+            info = await self.blocking(service.scale, name, body["workers"])
+        assert info is not None
+        await self.blocking(self.cache.refresh, name)
+        self.reply({"cluster": cluster_json(info, self.is_admin)})
+
+    @web.authenticated
+    @authorized
+    async def delete(self, name: str) -> None:
+        await self.blocking(self.service().delete, name)
+        await self.blocking(self.cache.refresh, name)
+        self.set_status(204)
+        self.finish()
+
+
+class LogsHandler(RaylabHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, name: str) -> None:
+        tail = self.get_argument("tail", "200")
+        if not tail.isdigit() or not 1 <= int(tail) <= 10_000:
+            raise SpecError("tail", "a number of lines from 1 to 10000")
+        text = await self.blocking(self.service().logs, name, int(tail))
+        self.reply({"name": name, "logs": text})
+
 
 class ProfilesHandler(RaylabHandler):
     @web.authenticated
     @authorized
-    def get(self) -> None:
+    async def get(self) -> None:
         s = self.raylab_settings
         o = s.options
+        await self.cache.wait_synced()
+        mine = self.cache.list(self.visible())
+        gpus_used = sum(c.spec.gpus for c in mine)
         body = s.profiles.to_json()
         body["backend"] = s.backend
         body["quota"] = {
             "max_gpus_per_user": o.max_gpus_per_user,
             "max_clusters_per_user": o.max_clusters_per_user,
             "max_workers_per_cluster": o.max_workers_per_cluster,
+            "gpus_used": gpus_used,
+            "clusters_used": len(mine),
+            "gpus_left": max(0, o.max_gpus_per_user - gpus_used),
+            "clusters_left": max(0, o.max_clusters_per_user - len(mine)),
         }
-        self.finish(json.dumps(body))
+        body["user"] = {"name": self.username, "admin": self.is_admin}
+        self.reply(body)

@@ -1,0 +1,522 @@
+"""KubeRay backend: one `RayCluster` (ray.io/v1) per cluster, through the `kubernetes` client.
+
+The RayCluster object is the truth: its annotations hold the ClusterSpec and owner, its
+conditions and pods give the status (kuberay_status), so clusters made by the magics,
+the CLI, another tab or kubectl all look alike. Ownership and quotas are the service's
+job. The `kubernetes` package is imported only when a backend is made (~0.5 s), never
+by `import raylab`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from ..config import Settings
+from ..errors import BackendUnavailable, NotFound, SpecError
+from ..manifest import (
+    CLIENT_PORT,
+    DASHBOARD_PORT,
+    HEAD_CONTAINER,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    OWNER_LABEL,
+    SPEC_ANNOTATION,
+    owner_label,
+    raycluster_manifest,
+    spec_annotation,
+    versions_from_image,
+)
+from ..model import ClusterInfo, Phase
+from ..spec import ClusterSpec
+from .base import ClusterEvent
+from .kuberay_errors import Call, api_errors, server_message, translate
+from .kuberay_portforward import Relay
+from .kuberay_status import (
+    cluster_info,
+    derive_status,
+    pod_ready,
+    spec_of,
+    worker_group_index,
+)
+from .kuberay_watch import Cache, Informer, Message
+
+RAY = ("ray.io", "v1")
+PLURAL = "rayclusters"
+SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+REQUEST_TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
+RAY_PODS = "ray.io/cluster"  # label KubeRay puts on every pod of a cluster
+RAYCLUSTER_WARNINGS = "involvedObject.kind=RayCluster,type=Warning"
+
+# Port-forwards outlive the backend object (the magics make one per command): one per
+# (API server, namespace, cluster, port) for the life of the process.
+_forwards: dict[tuple[str, str, str, int], Relay] = {}
+_forwards_lock = threading.Lock()
+
+
+def in_cluster() -> bool:
+    """Running in a pod: the API server's Service is in the environment."""
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+class KubeRayBackend:
+    name = "kuberay"
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        api_client: Any = None,
+        namespace: str | None = None,
+        user: str | None = None,
+    ) -> None:
+        from kubernetes import client
+
+        self.settings = settings
+        context_namespace: str | None = None
+        if api_client is None:
+            api_client, context_namespace = load_api_client()
+        self.api = api_client
+        self.server: str = str(api_client.configuration.host)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.namespace = namespace or resolve_namespace(settings, user, context_namespace)
+
+    # --- Backend interface --------------------------------------------------------
+
+    def create(self, spec: ClusterSpec, owner: str) -> ClusterInfo:
+        profile = self.settings.profiles.get(spec.gpu_type)
+        if profile is None:
+            raise SpecError("gpu_type", f"unknown GPU type {spec.gpu_type!r}")
+        image, ray_version, python_version = self.image_for(spec)
+        account = self.settings.options.service_account or None
+        defaults = self.settings.profiles.defaults
+        body = raycluster_manifest(
+            spec,
+            profile,
+            owner=owner,
+            namespace=self.namespace,
+            image=image,
+            ray_version=ray_version,
+            python_version=python_version,
+            service_account=account,
+            head_cpus=defaults.head_cpus,
+            head_memory=defaults.head_memory,
+        )
+        with api_errors(self._call("create", PLURAL, spec.name)):
+            obj = self._json(self.custom.create_namespaced_custom_object, *RAY, self.namespace,
+                             PLURAL, body)  # fmt: skip
+        return cluster_info(obj, in_cluster=in_cluster())
+
+    def get(self, name: str) -> ClusterInfo | None:
+        obj = self._read(name)
+        if obj is None:
+            return None
+        pods = self._pods(f"{RAY_PODS}={name}")
+        warnings = self._warnings(name) if _maybe_refused(obj) else []
+        return cluster_info(obj, pods, warnings, in_cluster=in_cluster())
+
+    def list(self, owner: str | None = None) -> list[ClusterInfo]:
+        selector = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+        if owner is not None:
+            selector += f",{OWNER_LABEL}={owner_label(owner)}"
+        with api_errors(self._call("list", PLURAL)):
+            items = self._json(self.custom.list_namespaced_custom_object, *RAY, self.namespace,
+                               PLURAL, label_selector=selector)["items"]  # fmt: skip
+        if not items:
+            return []
+        cache = Cache()
+        for kind, found in (("rayclusters", items), ("pods", self._pods(RAY_PODS))):
+            cache.apply(_synced(kind, found))
+        if any(_maybe_refused(o) for o in items):
+            cache.apply(_synced("events", self._warnings(None)))
+        infos = [
+            cluster_info(o, cache.pods_of(_name(o)), cache.warnings_of(_name(o)),
+                         in_cluster=in_cluster())
+            for o in items
+        ]  # fmt: skip
+        # The label is a lossy form of the username; the annotation is exact.
+        mine = [i for i in infos if owner is None or i.owner == owner]
+        return sorted(mine, key=lambda i: i.name)
+
+    def delete(self, name: str, propagation: str = "Foreground") -> None:
+        """Delete the RayCluster; Kubernetes' garbage collector removes its pods and Service.
+
+        Foreground (the default) keeps the object, shown as Deleting, until its pods are
+        gone; Background removes it at once and the pods follow.
+        """
+        with api_errors(self._call("delete", PLURAL, name)):
+            self.custom.delete_namespaced_custom_object(
+                *RAY, self.namespace, PLURAL, name, propagation_policy=propagation,
+                _request_timeout=REQUEST_TIMEOUT,
+            )  # fmt: skip
+
+    def scale(self, name: str, workers: int) -> ClusterInfo:
+        obj = self._require(name)
+        index = worker_group_index(obj)
+        if index is None:
+            raise SpecError("workers", f"cluster {name!r} has no worker group to scale")
+        group = obj["spec"]["workerGroupSpecs"][index]
+        spec = spec_of(obj).with_workers(workers)
+        if obj["spec"].get("enableInTreeAutoscaling"):
+            # The autoscaler keeps replicas within [min, max]: widen the range to include
+            # the new count, or it would undo the change.
+            low = min(int(group.get("minReplicas") or 0), workers)
+            high = max(int(group.get("maxReplicas") or 0), workers)
+            spec = ClusterSpec(**{**asdict(spec), "min_workers": low, "max_workers": high})
+        else:
+            low = high = workers
+        path = f"/spec/workerGroupSpecs/{index}"
+        patch: builtins.list[dict[str, Any]] = [
+            # Guards the index: fails (422) if the groups were reordered meanwhile.
+            {"op": "test", "path": f"{path}/groupName", "value": group["groupName"]},
+            {"op": "add", "path": f"{path}/replicas", "value": workers},
+            {"op": "add", "path": f"{path}/minReplicas", "value": low},
+            {"op": "add", "path": f"{path}/maxReplicas", "value": high},
+        ]
+        if (obj["metadata"].get("annotations") or {}).get(SPEC_ANNOTATION):
+            key = SPEC_ANNOTATION.replace("~", "~0").replace("/", "~1")
+            patch.append(
+                {"op": "add", "path": f"/metadata/annotations/{key}",
+                 "value": spec_annotation(spec)}
+            )  # fmt: skip
+        return self._patch(name, patch, "application/json-patch+json")
+
+    def set_suspended(self, name: str, suspended: bool) -> ClusterInfo:
+        return self._patch(name, {"spec": {"suspend": suspended}}, "application/merge-patch+json")
+
+    def logs(self, name: str, tail: int = 200) -> str:
+        obj = self._require(name)
+        heads = self._pods(f"{RAY_PODS}={name},ray.io/node-type=head")
+        if not heads:
+            phase = derive_status(obj).phase
+            return f"{name} has no head pod yet (phase {phase}): no log to show.\n"
+        head = sorted(heads, key=lambda p: not pod_ready(p))[0]["metadata"]["name"]
+        call = self._call("get", "pods/log", head)
+        try:
+            read_log: Callable[..., Any] = self.core.read_namespaced_pod_log
+            response = read_log(
+                head, self.namespace, container=HEAD_CONTAINER, tail_lines=tail,
+                _preload_content=False, _request_timeout=REQUEST_TIMEOUT,
+            )  # fmt: skip
+        except Exception as exc:
+            error = translate(exc, call)
+            status = getattr(exc, "status", None)
+            if error is None or status in (401, 403) or not isinstance(status, int):
+                raise error or exc from None
+            if status == 400:  # "container ray-head is waiting to start: ContainerCreating"
+                return f"The head pod {head} has no log yet: {server_message(exc)}\n"
+            raise BackendUnavailable(
+                f"cannot read the log of head pod {head}: {server_message(exc)}",
+                detail="the API server could not get it from the node's kubelet",
+            ) from None
+        text = str(response.data.decode(errors="replace"))
+        return text if text.endswith("\n") or not text else text + "\n"
+
+    def watch(self, stop: threading.Event) -> Iterator[ClusterEvent]:
+        """ADDED for each cluster, then every change, until `stop` is set.
+
+        RayClusters, their pods and the operator's Warning events are watched (three
+        threads, one queue): a pod that becomes unschedulable, or Ready, changes a
+        cluster's phase without the RayCluster changing. Status is derived from this
+        cache, with no further requests, as soon as a change arrives.
+        """
+        inbox: queue.Queue[Message] = queue.Queue()
+        cache = Cache()
+        informers = self._start_informers(cache, inbox)
+        last: dict[str, ClusterInfo] = {}
+        try:
+            for name in sorted(cache.clusters):
+                yield from self._emit(name, cache, last)
+            for informer in informers:
+                informer.start()
+            while not stop.is_set():
+                try:
+                    message = inbox.get(timeout=0.25)
+                except queue.Empty:
+                    continue
+                for name in sorted(cache.apply(message)):
+                    yield from self._emit(name, cache, last)
+        finally:
+            for informer in informers:
+                informer.close()
+
+    # --- connecting from outside the cluster --------------------------------------
+
+    def client_address(self, info: ClusterInfo) -> str:
+        """Where Ray Client reaches `info`: the head Service in a pod, else a port-forward."""
+        return self._address(info, CLIENT_PORT, "ray")
+
+    def dashboard_address(self, info: ClusterInfo) -> str:
+        return self._address(info, DASHBOARD_PORT, "http")
+
+    def port_forward(self, name: str, port: int) -> tuple[str, int, Callable[[], None]]:
+        """Forward a local port to `port` of the cluster's head pod, through the API server.
+
+        Returns (local host, local port, close). Checked once up front, so that RBAC or
+        an unreachable node is reported here rather than as a broken Ray Client
+        connection later; each TCP connection then gets its own websocket, to the head
+        pod of that moment.
+        """
+        relay = self._forward(name, port)
+        return relay.host, relay.port, relay.close
+
+    def _forward(self, name: str, port: int) -> Relay:
+        from kubernetes.stream import portforward
+
+        def open_remote() -> Any:
+            head = self._running_head(name)
+            with api_errors(self._call("create", "pods/portforward", head)):
+                forward = portforward(self.core.connect_get_namespaced_pod_portforward, head,
+                                      self.namespace, ports=str(port))  # fmt: skip
+            return forward.socket(port)
+
+        self._running_head(name)  # its own message, before any port-forward
+        try:
+            open_remote().close()
+        except BackendUnavailable as exc:
+            raise BackendUnavailable(
+                f"cannot port-forward to cluster {name!r}: {_handshake(exc.message)}",
+                detail="raylab reaches clusters from outside Kubernetes through the API "
+                "server (as kubectl port-forward); the Role needs pods/portforward create, "
+                "and the API server must reach the node's kubelet",
+            ) from None
+        return Relay(open_remote)
+
+    def _address(self, info: ClusterInfo, port: int, scheme: str) -> str:
+        if in_cluster():
+            return f"{scheme}://{info.name}-head-svc.{self.namespace}.svc:{port}"
+        key = (self.server, self.namespace, info.name, port)
+        with _forwards_lock:
+            relay = _forwards.get(key)
+            if relay is None or relay.closed:
+                relay = _forwards[key] = self._forward(info.name, port)
+        return f"{scheme}://{relay.host}:{relay.port}"
+
+    # --- helpers ------------------------------------------------------------------
+
+    def image_for(self, spec: ClusterSpec) -> tuple[str, str, str]:
+        """(image, Ray version, Python minor) of a new cluster.
+
+        The admin's or the user's image, else rayproject/ray matching this kernel, so
+        that Ray Client can connect; the -gpu variant when workers have GPUs.
+        """
+        from ..connect import default_image, kernel_versions
+
+        kernel_ray, kernel_python = kernel_versions()
+        image = spec.image or self.settings.profiles.defaults.image
+        if image:
+            ray_version, python_version = versions_from_image(image)
+            return image, ray_version or kernel_ray, python_version or kernel_python
+        image = default_image(kernel_ray, kernel_python)
+        return (f"{image}-gpu" if spec.gpus else image), kernel_ray, kernel_python
+
+    def _call(self, verb: str, resource: str, name: str | None = None) -> Call:
+        return Call(verb, resource, self.namespace, self.server, name)
+
+    def _json(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
+        return json.loads(method(*args, _preload_content=False, **kwargs).data)
+
+    def _read(self, name: str) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        from .kuberay_errors import is_missing_api
+
+        call = self._call("get", PLURAL, name)
+        try:
+            obj: dict[str, Any] = self._json(
+                self.custom.get_namespaced_custom_object, *RAY, self.namespace, PLURAL, name
+            )
+        except ApiException as exc:
+            if exc.status == 404 and not is_missing_api(exc):
+                return None
+            raise translate(exc, call) or exc from None
+        except Exception as exc:
+            raise translate(exc, call) or exc from None
+        labels = obj.get("metadata", {}).get("labels") or {}
+        # Another tool's RayCluster in the same namespace is not raylab's to show.
+        return obj if labels.get(MANAGED_BY_LABEL) == MANAGED_BY else None
+
+    def _require(self, name: str) -> dict[str, Any]:
+        obj = self._read(name)
+        if obj is None:
+            raise NotFound(f"no cluster named {name!r} in namespace {self.namespace!r}")
+        return obj
+
+    def _patch(self, name: str, body: Any, content_type: str) -> ClusterInfo:
+        with api_errors(self._call("patch", PLURAL, name)):
+            obj = self._json(self.custom.patch_namespaced_custom_object, *RAY, self.namespace,
+                             PLURAL, name, body, _content_type=content_type)  # fmt: skip
+        return cluster_info(obj, self._pods(f"{RAY_PODS}={name}"), in_cluster=in_cluster())
+
+    def _pods(self, selector: str) -> builtins.list[dict[str, Any]]:
+        with api_errors(self._call("list", "pods")):
+            items: builtins.list[dict[str, Any]] = self._json(
+                self.core.list_namespaced_pod, self.namespace, label_selector=selector
+            )["items"]
+        return items
+
+    def _warnings(self, name: str | None) -> builtins.list[dict[str, Any]]:
+        """The operator's Warning events on RayClusters (on `name`, or on all of them).
+
+        Optional reading: without the right to list events, refusals just show less.
+        """
+        selector = RAYCLUSTER_WARNINGS + (f",involvedObject.name={name}" if name else "")
+        try:
+            items: builtins.list[dict[str, Any]] = self._json(
+                self.core.list_namespaced_event, self.namespace, field_selector=selector
+            )["items"]
+        except Exception as exc:
+            if getattr(exc, "status", None) == 403:
+                return []
+            raise translate(exc, self._call("list", "events")) or exc from None
+        return items
+
+    def _running_head(self, name: str) -> str:
+        heads = [p for p in self._pods(f"{RAY_PODS}={name},ray.io/node-type=head") if pod_ready(p)]
+        if not heads:
+            raise BackendUnavailable(
+                f"cluster {name!r} has no running head pod to connect to",
+                detail=f"`%raycluster status {name}` shows why",
+            )
+        return str(heads[0]["metadata"]["name"])
+
+    def _start_informers(
+        self, cache: Cache, inbox: queue.Queue[Message]
+    ) -> builtins.list[Informer]:
+        """List everything once, here, so that errors (no KubeRay, RBAC) raise to the
+        caller; the informers then watch from those resourceVersions."""
+        ns, custom, core = self.namespace, self.custom, self.core
+        calls: dict[str, tuple[Callable[..., Any], Call]] = {
+            "rayclusters": (
+                lambda **kw: custom.list_namespaced_custom_object(
+                    *RAY, ns, PLURAL, label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY}", **kw
+                ),
+                self._call("watch", PLURAL),
+            ),
+            "pods": (
+                lambda **kw: core.list_namespaced_pod(ns, label_selector=RAY_PODS, **kw),
+                self._call("watch", "pods"),
+            ),
+            "events": (
+                lambda **kw: core.list_namespaced_event(
+                    ns, field_selector=RAYCLUSTER_WARNINGS, **kw
+                ),
+                self._call("watch", "events"),
+            ),
+        }
+        informers = []
+        for kind, (list_call, call) in calls.items():
+            try:
+                with api_errors(call):
+                    body = self._json(list_call)
+            except Exception as exc:
+                if kind == "events" and getattr(exc, "status", None) == 403:
+                    continue  # optional, as in _warnings
+                raise
+            cache.apply(_synced(kind, body.get("items") or []))
+            version = str(body["metadata"]["resourceVersion"])
+            informers.append(Informer(kind, list_call, inbox, version))
+        return informers
+
+    def _emit(
+        self, name: str, cache: Cache, last: dict[str, ClusterInfo]
+    ) -> Iterator[ClusterEvent]:
+        obj = cache.clusters.get(name)
+        before = last.get(name)
+        if obj is None:
+            if before is not None:
+                del last[name]
+                yield ClusterEvent("DELETED", before)
+            return
+        info = cluster_info(obj, cache.pods_of(name), cache.warnings_of(name),
+                            in_cluster=in_cluster())  # fmt: skip
+        if info == before:
+            return
+        last[name] = info
+        yield ClusterEvent("ADDED" if before is None else "MODIFIED", info)
+
+
+# --- configuration ----------------------------------------------------------------
+
+
+def load_api_client() -> tuple[Any, str | None]:
+    """An ApiClient from the pod's service account, else from KUBECONFIG (or
+    ~/.kube/config); with the kubeconfig context's namespace, if it names one."""
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    if in_cluster() and (SA_DIR / "token").is_file():
+        configuration = client.Configuration()
+        load_incluster: Callable[..., None] = config.load_incluster_config
+        load_incluster(client_configuration=configuration)
+        return client.ApiClient(configuration), None
+    # Read KUBECONFIG now: the client reads it once, at its own import.
+    path = os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
+    try:
+        new_client: Callable[..., Any] = config.new_client_from_config
+        contexts: Callable[..., Any] = config.list_kube_config_contexts
+        api = new_client(config_file=path, persist_config=False)
+        _, active = contexts(config_file=path)
+    except (ConfigException, OSError, TypeError, ValueError) as exc:
+        raise BackendUnavailable(
+            f"no Kubernetes configuration: not in a pod, and no usable kubeconfig at {path} "
+            f"({exc})",
+            detail="set KUBECONFIG, or use --backend local",
+        ) from None
+    namespace = ((active or {}).get("context") or {}).get("namespace")
+    return api, str(namespace) if namespace else None
+
+
+def resolve_namespace(settings: Settings, user: str | None, context_namespace: str | None) -> str:
+    """The template (one namespace per user), else this pod's, else the kubeconfig's."""
+    template = settings.options.namespace_template
+    if template:
+        from ..service import current_user
+
+        try:
+            return str(template.format(username=owner_label(user or current_user())))
+        except (KeyError, IndexError, ValueError) as exc:
+            raise BackendUnavailable(
+                f"namespace_template {template!r} is not valid ({exc!r})",
+                detail="the only placeholder is {username}, e.g. 'ray-{username}'",
+            ) from None
+    try:
+        own = (SA_DIR / "namespace").read_text().strip()
+    except OSError:
+        own = ""
+    return own or context_namespace or "default"
+
+
+def _synced(kind: str, items: builtins.list[dict[str, Any]]) -> Message:
+    from .kuberay_watch import Synced
+
+    return Synced(kind, items)
+
+
+def _maybe_refused(obj: dict[str, Any]) -> bool:
+    """The operator has not accepted this generation yet: worth reading its warnings."""
+    status = obj.get("status") or {}
+    observed = status.get("observedGeneration")
+    return observed is None or observed < (obj.get("metadata", {}).get("generation") or 0)
+
+
+def _name(obj: dict[str, Any]) -> str:
+    return str(obj.get("metadata", {}).get("name") or "")
+
+
+def _handshake(message: str) -> str:
+    """The client packs a failed websocket handshake as 'status -+-+- headers -+-+- body'."""
+    parts = [p.strip() for p in message.split("-+-+-")]
+    return f"{parts[0]}: {parts[-1]}" if len(parts) > 1 else message
+
+
+__all__ = ["KubeRayBackend", "Phase", "in_cluster", "load_api_client", "resolve_namespace"]

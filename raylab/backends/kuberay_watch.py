@@ -1,0 +1,219 @@
+"""List-then-watch loops (one thread per resource) feeding one queue, and the cache the
+KubeRay backend derives cluster status from.
+
+Each loop resumes from the last resourceVersion it saw (bookmarks keep it fresh), lists
+again when the server answers 410 Gone, and reconnects with capped exponential backoff
+when the API server goes away, so a watch outlives an API server restart. Raw JSON lines
+are parsed here instead of going through the client's model classes: faster, and pods,
+events and RayClusters arrive as the same plain dicts `kuberay_status` reads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .kuberay_status import is_validation_warning
+
+log = logging.getLogger("raylab.kuberay")
+
+MIN_BACKOFF = 0.25
+MAX_BACKOFF = 5.0
+WATCH_SECONDS = 240  # the server ends a watch after this; we resume from the last version
+CONNECT_TIMEOUT = 5.0
+
+# A `list_namespaced_*` method of the client with its fixed arguments bound.
+ListCall = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class Synced:
+    """A full list of one kind: replaces what the cache held."""
+
+    kind: str
+    items: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Changed:
+    kind: str
+    type: str  # ADDED, MODIFIED, DELETED
+    obj: dict[str, Any]
+
+
+Message = Synced | Changed
+
+
+class GoneError(Exception):
+    """The server no longer has the resourceVersion we asked for (410): list again."""
+
+
+class Informer(threading.Thread):
+    """List once (unless given a resourceVersion), then watch until closed."""
+
+    def __init__(
+        self,
+        kind: str,
+        list_call: ListCall,
+        out: queue.Queue[Message],
+        resource_version: str | None = None,
+    ) -> None:
+        super().__init__(name=f"raylab-watch-{kind}", daemon=True)
+        self.kind = kind
+        self._list = list_call
+        self._out = out
+        self._version = resource_version
+        self._closed = threading.Event()
+        self._response: Any = None
+        self.failures = 0  # consecutive failed connections (tests and logs read it)
+
+    def close(self) -> None:
+        """Stop; a read blocked on the socket is interrupted, not waited for."""
+        self._closed.set()
+        response = self._response
+        if response is not None:
+            # urllib3 >= 2.3: shutdown() wakes a read blocked in another thread.
+            shutdown = getattr(response, "shutdown", None) or response.close
+            try:
+                shutdown()
+            except Exception:  # already closed: nothing to interrupt
+                log.debug("closing the %s watch", self.kind, exc_info=True)
+
+    def run(self) -> None:
+        delay = MIN_BACKOFF
+        while not self._closed.is_set():
+            try:
+                if self._version is None:
+                    self._version = self._relist()
+                self._version = self._watch(self._version)
+                delay = MIN_BACKOFF
+                self.failures = 0
+            except GoneError:
+                self._version = None
+            except Exception as exc:
+                if self._closed.is_set():
+                    break
+                self.failures += 1
+                log.warning(
+                    "raylab: watching %s failed (%s); retrying in %.1f s",
+                    self.kind,
+                    _brief(exc),
+                    delay,
+                )
+                if getattr(exc, "status", None) == 410:
+                    self._version = None
+                self._closed.wait(delay)
+                delay = min(delay * 2, MAX_BACKOFF)
+
+    def _relist(self) -> str:
+        response = self._list(_preload_content=False, _request_timeout=(CONNECT_TIMEOUT, 60))
+        body = json.loads(response.data)
+        self._out.put(Synced(self.kind, list(body.get("items") or [])))
+        return str(body["metadata"]["resourceVersion"])
+
+    def _watch(self, version: str) -> str:
+        from kubernetes.watch import watch as k8s_watch
+
+        iter_resp_lines: Callable[[Any], Iterator[str]] = k8s_watch.iter_resp_lines
+        response = self._list(
+            watch=True,
+            resource_version=version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=WATCH_SECONDS,
+            _preload_content=False,
+            _request_timeout=(CONNECT_TIMEOUT, WATCH_SECONDS + 30),
+        )
+        self._response = response
+        try:
+            if self._closed.is_set():
+                return version
+            for line in iter_resp_lines(response):
+                if not line:
+                    continue
+                event = json.loads(line)
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        raise GoneError(obj.get("message"))
+                    raise RuntimeError(obj.get("message") or "watch error")
+                version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    self._out.put(Changed(self.kind, kind, obj))
+            self.failures = 0
+            return version
+        finally:
+            self._response = None
+            response.release_conn()
+
+
+@dataclass
+class Cache:
+    """The RayClusters, their pods and their validation warnings, as the watches see them."""
+
+    clusters: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pods: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # cluster -> pods
+    warnings: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+
+    def apply(self, message: Message) -> set[str]:
+        """Fold one message in; returns the names of the clusters it may have changed."""
+        if isinstance(message, Synced):
+            return self._sync(message.kind, message.items)
+        return self._change(message.kind, message.type, message.obj)
+
+    def pods_of(self, name: str) -> list[dict[str, Any]]:
+        return list(self.pods.get(name, {}).values())
+
+    def warnings_of(self, name: str) -> list[dict[str, Any]]:
+        return list(self.warnings.get(name, {}).values())
+
+    def _sync(self, kind: str, items: list[dict[str, Any]]) -> set[str]:
+        if kind == "rayclusters":
+            before = set(self.clusters)
+            self.clusters = {_name(o): o for o in items}
+            return before | set(self.clusters)
+        table = self.pods if kind == "pods" else self.warnings
+        touched = set(table)
+        table.clear()
+        for obj in items:
+            touched |= self._change(kind, "ADDED", obj)
+        return touched
+
+    def _change(self, kind: str, type_: str, obj: dict[str, Any]) -> set[str]:
+        if kind == "rayclusters":
+            if type_ == "DELETED":
+                self.clusters.pop(_name(obj), None)
+            else:
+                self.clusters[_name(obj)] = obj
+            return {_name(obj)}
+        if kind == "pods":
+            cluster = ((obj.get("metadata") or {}).get("labels") or {}).get("ray.io/cluster")
+            table = self.pods
+        else:
+            if not is_validation_warning(obj):
+                return set()
+            cluster = (obj.get("involvedObject") or {}).get("name")
+            table = self.warnings
+        if not cluster:
+            return set()
+        entries = table.setdefault(cluster, {})
+        if type_ == "DELETED":
+            entries.pop(_name(obj), None)
+        else:
+            entries[_name(obj)] = obj
+        return {cluster}
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def _brief(exc: BaseException) -> str:
+    from .kuberay_errors import short_reason
+
+    status = getattr(exc, "status", None)
+    return f"HTTP {status}" if status else short_reason(exc)

@@ -1,0 +1,155 @@
+"""One watch per backend; every read and every live event is served from here.
+
+A background thread consumes `backend.watch()` and hands each change to the server's
+event loop, which updates the cache and fans the change out to subscribers. Fifty open
+sidebars therefore cost the backend (Kubernetes) nothing beyond this one watch. When the
+watch breaks, subscribers are told the backend is unreachable and the thread reconnects
+with backoff; on reconnect it re-lists once, so clusters deleted meanwhile disappear.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..backends.base import Backend, ClusterEvent
+from ..errors import RaylabError
+from ..model import ClusterInfo
+
+Message = dict[str, Any]
+
+
+@dataclass(eq=False)  # identity: each open stream is its own subscriber
+class Subscriber:
+    queue: asyncio.Queue[Message]
+    visible: Callable[[ClusterInfo], bool]
+
+
+class ClusterCache:
+    def __init__(self, backend: Backend, log: logging.Logger) -> None:
+        self.backend = backend
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.log = log
+        self.clusters: dict[str, ClusterInfo] = {}
+        self.error: str | None = None  # why the backend is unreachable, while it is
+        self.synced = asyncio.Event()  # set once the first listing is in
+        self._subscribers: set[Subscriber] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="raylab-watch")
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    def ensure_started(self) -> None:
+        """Start watching on first use, from the loop that serves requests."""
+        if self.loop is None:
+            self.loop = asyncio.get_running_loop()
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    # --- reads --------------------------------------------------------------------
+
+    def list(self, visible: Callable[[ClusterInfo], bool]) -> list[ClusterInfo]:
+        return sorted((c for c in self.clusters.values() if visible(c)), key=lambda c: c.name)
+
+    def get(self, name: str) -> ClusterInfo | None:
+        return self.clusters.get(name)
+
+    def subscribe(self, visible: Callable[[ClusterInfo], bool]) -> Subscriber:
+        sub = Subscriber(asyncio.Queue(maxsize=10_000), visible)
+        self._subscribers.add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        self._subscribers.discard(sub)
+
+    async def wait_synced(self, timeout: float = 10.0) -> None:
+        """Wait (briefly) for the first listing, so a new server never answers an empty
+        list for clusters that exist; on timeout the caller serves what it has."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.synced.wait(), timeout)
+
+    def refresh(self, name: str) -> None:
+        """Read one cluster from the backend now (after a write), so the writer and every
+        subscriber see the change without waiting for the watch. Called off the loop."""
+        info = self.backend.get(name)
+        if info is not None:
+            self._hand_over(self._apply, ClusterEvent("MODIFIED", info))
+        elif name in self.clusters:
+            self._hand_over(self._apply, ClusterEvent("DELETED", self.clusters[name]))
+
+    def status(self) -> Message:
+        return {"type": "STATUS", "available": self.error is None, "error": self.error}
+
+    # --- the watch thread ---------------------------------------------------------
+
+    def _run(self) -> None:
+        delay = 0.5
+        while not self._stop.is_set():
+            try:
+                snapshot = self.backend.list()
+                self._hand_over(self._replace, snapshot)
+                delay = 0.5
+                for event in self.backend.watch(self._stop):
+                    self._hand_over(self._apply, event)
+            except RaylabError as exc:
+                self._hand_over(self._set_error, exc.message)
+            except Exception as exc:  # keep watching whatever broke; say what it was
+                self.log.exception("raylab: the cluster watch failed")
+                self._hand_over(self._set_error, f"cluster watch failed: {exc}")
+            self._stop.wait(delay)
+            delay = min(delay * 2, 10.0)
+
+    def _hand_over(self, fn: Callable[..., None], arg: Any) -> None:
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(fn, arg)
+
+    # --- on the event loop --------------------------------------------------------
+
+    def _replace(self, snapshot: builtins.list[ClusterInfo]) -> None:
+        fresh = {c.name: c for c in snapshot}
+        for name, old in list(self.clusters.items()):
+            if name not in fresh:
+                self._apply(ClusterEvent("DELETED", old))
+        for info in snapshot:
+            self._apply(ClusterEvent("MODIFIED" if info.name in self.clusters else "ADDED", info))
+        self._set_error(None)
+        self.synced.set()
+
+    def _apply(self, event: ClusterEvent) -> None:
+        info = event.cluster
+        before = self.clusters.get(info.name)
+        if event.type == "DELETED":
+            if self.clusters.pop(info.name, None) is None:
+                return
+        else:
+            if before == info:
+                return  # a re-list or resync that changed nothing
+            self.clusters[info.name] = info
+        kind = event.type if event.type == "DELETED" or before else "ADDED"
+        message = {"type": kind, "cluster": info.to_json()}
+        for sub in list(self._subscribers):
+            if sub.visible(info):
+                _offer(sub, message)
+
+    def _set_error(self, error: str | None) -> None:
+        if error == self.error:
+            return
+        self.error = error
+        for sub in list(self._subscribers):
+            _offer(sub, self.status())
+
+
+def _offer(sub: Subscriber, message: Message) -> None:
+    # A stalled client loses messages; it resyncs from the snapshot when it reconnects.
+    with contextlib.suppress(asyncio.QueueFull):
+        sub.queue.put_nowait(message)

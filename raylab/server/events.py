@@ -1,0 +1,56 @@
+"""Live events as Server-Sent Events: a snapshot, then each change the caller may see.
+
+SSE rather than a WebSocket: one-way is all the sidebar needs, it passes through
+JupyterHub's proxy and the browser's EventSource reconnects by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from jupyter_server.auth.decorator import authorized
+from tornado import web
+from tornado.iostream import StreamClosedError
+
+from .cache import Message
+from .handlers import RaylabHandler, cluster_json
+
+KEEPALIVE_S = 15.0
+
+
+class EventsHandler(RaylabHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        everyone = self.get_argument("all", "0") in ("1", "true")
+        visible = self.visible(everyone)
+        self.set_header("Content-Type", "text/event-stream")
+        self.set_header("Cache-Control", "no-cache")
+        self.set_header("X-Accel-Buffering", "no")  # no buffering in nginx-style proxies
+        sub = self.cache.subscribe(visible)
+        try:
+            await self.cache.wait_synced()
+            clusters = [cluster_json(c, self.is_admin) for c in self.cache.list(visible)]
+            await self._send({"type": "SNAPSHOT", "clusters": clusters, **_status(self)})
+            while True:
+                try:
+                    message = await asyncio.wait_for(sub.queue.get(), KEEPALIVE_S)
+                except TimeoutError:
+                    self.write(": keepalive\n\n")
+                    await self.flush()
+                    continue
+                await self._send(message)
+        except StreamClosedError:
+            pass  # the browser went away
+        finally:
+            self.cache.unsubscribe(sub)
+
+    async def _send(self, message: Message) -> None:
+        self.write(f"event: {message['type'].lower()}\ndata: {json.dumps(message)}\n\n")
+        await self.flush()
+
+
+def _status(handler: RaylabHandler) -> Message:
+    status = handler.cache.status()
+    return {"available": status["available"], "error": status["error"]}

@@ -1,0 +1,137 @@
+"""Shared pieces of the KubeRay backend tests: namespaces, the documented RBAC, settings.
+
+The Role granted here is read from docs/kubernetes-rbac.md, so the tests exercise exactly
+what an admin is told to apply.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+from controlplane import call_json, wait_until
+from kubernetes import client as k8s_client
+from kubernetes.client.exceptions import ApiException
+
+from raylab.backends.kuberay import KubeRayBackend
+from raylab.config import Settings
+from raylab.model import ClusterInfo, Phase
+
+ROOT = Path(__file__).resolve().parents[2]
+RBAC_DOC = ROOT / "docs" / "kubernetes-rbac.md"
+RAY = ("ray.io", "v1")
+
+
+def documented_rbac() -> dict[str, dict[str, Any]]:
+    """The YAML blocks of docs/kubernetes-rbac.md, by kind."""
+    text = RBAC_DOC.read_text()
+    blocks = [part.split("```", 1)[0] for part in text.split("```yaml\n")[1:]]
+    return {doc["kind"]: doc for doc in map(yaml.safe_load, blocks)}
+
+
+def grant(admin_api: k8s_client.ApiClient, namespace: str, user: str) -> None:
+    """Bind the documented Role to `user` in `namespace`, and wait until it applies."""
+    docs = documented_rbac()
+    rbac = k8s_client.RbacAuthorizationV1Api(admin_api)
+    role = docs["Role"]
+    role["metadata"] = {"name": role["metadata"]["name"], "namespace": namespace}
+    with contextlib.suppress(ApiException):  # already there for another user
+        call_json(rbac.create_namespaced_role, namespace, role)
+    binding = docs["RoleBinding"]
+    binding["metadata"] = {"name": f"raylab-{user}", "namespace": namespace}
+    binding["subjects"] = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+    call_json(rbac.create_namespaced_role_binding, namespace, binding)
+
+    def allowed() -> bool:
+        review = {
+            "spec": {
+                "user": user,
+                "resourceAttributes": {
+                    "namespace": namespace,
+                    "verb": "watch",
+                    "group": "ray.io",
+                    "resource": "rayclusters",
+                },
+            }
+        }
+        body = call_json(
+            k8s_client.AuthorizationV1Api(admin_api).create_subject_access_review, review
+        )
+        return bool(body["status"].get("allowed"))
+
+    wait_until(f"{user} may use rayclusters in {namespace}", allowed, timeout=30)
+
+
+@contextlib.contextmanager
+def new_namespace(
+    admin_api: k8s_client.ApiClient, prefix: str = "rl", labels: dict[str, str] | None = None
+) -> Iterator[str]:
+    """A namespace (deleted afterwards) whose default ServiceAccount exists."""
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    core = k8s_client.CoreV1Api(admin_api)
+    call_json(core.create_namespace, {"metadata": {"name": name, "labels": labels or {}}})
+    wait_until(
+        f"ServiceAccount default in {name}",
+        lambda: core.read_namespaced_service_account("default", name),
+        timeout=30,
+    )
+    try:
+        yield name
+    finally:
+        call_json(core.delete_namespace, name, propagation_policy="Background")
+
+
+# Pod Security "restricted": the operator's pods are admitted only if raylab's security
+# settings (and what KubeRay adds to them) are complete.
+RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted"}
+
+
+def settings(**options: Any) -> Settings:
+    """Settings with quotas large enough for the tests' GPU requests."""
+    base: dict[str, Any] = {
+        "backend": "kuberay",
+        "max_gpus_per_user": 256,
+        "max_workers_per_cluster": 16,
+        "max_clusters_per_user": 8,
+    }
+    return Settings.from_config(**{**base, **options})
+
+
+def wait_info(
+    backend: KubeRayBackend,
+    name: str,
+    until: Callable[[ClusterInfo], bool],
+    what: str,
+    timeout: float = 60,
+) -> ClusterInfo:
+    def probe() -> ClusterInfo | None:
+        info = backend.get(name)
+        return info if info is not None and until(info) else None
+
+    return wait_until(f"{name}: {what}", probe, timeout=timeout, interval=0.2)
+
+
+def is_ready(info: ClusterInfo) -> bool:
+    return info.phase == Phase.READY
+
+
+def ray_pods(api: k8s_client.ApiClient, namespace: str, cluster: str) -> list[dict[str, Any]]:
+    selector = f"ray.io/cluster={cluster}"
+    pods: list[dict[str, Any]] = call_json(
+        k8s_client.CoreV1Api(api).list_namespaced_pod, namespace, label_selector=selector
+    )["items"]
+    return pods
+
+
+def user_kubeconfig(source: Path, namespace: str, dest: Path) -> Path:
+    """A copy of a user's kubeconfig whose context names `namespace`."""
+    doc = yaml.safe_load(source.read_text())
+    for context in doc["contexts"]:
+        context["context"]["namespace"] = namespace
+    dest.write_text(yaml.safe_dump(doc))
+    dest.chmod(0o600)
+    return dest

@@ -1,0 +1,213 @@
+"""The REST API and live events over the local backend with real Ray processes.
+
+One head-only Ray cluster per module keeps this affordable; each test gets a fresh
+Jupyter server (as pytest-jupyter does), which finds the cluster again from the state
+folder — the same path a restarted server takes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+
+from raylab.backends.local import LocalBackend
+from raylab.config import Settings
+from raylab.model import Phase
+from raylab.service import ClusterService
+from tests.server.conftest import as_user
+
+OWNER = "alice"
+NAME = "api1"
+
+
+def service(user: str) -> ClusterService:
+    settings = Settings.from_config()
+    return ClusterService(LocalBackend(settings.local_state_dir()), settings, user)
+
+
+@pytest.fixture(scope="module")
+def alices_cluster() -> Iterator[str]:
+    """Created the way the magics do it (directly through the service)."""
+    svc = service(OWNER)
+    svc.create({"name": NAME, "workers": 0, "cpus": "1"})
+    svc.wait(NAME, lambda i: i.phase == Phase.READY, timeout=180)
+    yield NAME
+    if svc.backend.get(NAME) is not None:
+        svc.delete(NAME)
+
+
+async def fetch_json(jp_fetch: Any, *path: str, user: str = OWNER, **kw: Any) -> Any:
+    resp = await jp_fetch("raylab", *path, headers=as_user(user), **kw)
+    return json.loads(resp.body) if resp.body else None
+
+
+async def refused(jp_fetch: Any, *path: str, user: str = OWNER, **kw: Any) -> tuple[int, Any]:
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("raylab", *path, headers=as_user(user), **kw)
+    body = err.value.response.body if err.value.response else b"{}"
+    return err.value.code, json.loads(body)
+
+
+async def test_owner_sees_it_others_do_not(jp_fetch: Any, alices_cluster: str) -> None:
+    mine = await fetch_json(jp_fetch, "clusters")
+    assert [c["name"] for c in mine["clusters"]] == [NAME]
+    cluster = mine["clusters"][0]
+    assert (cluster["phase"], cluster["owner"], cluster["gpu_type"]) == ("Ready", OWNER, "cpu")
+    assert mine["available"] is True
+
+    theirs = await fetch_json(jp_fetch, "clusters", user="bob")
+    assert theirs["clusters"] == []
+    for method, path in (("GET", ()), ("DELETE", ()), ("GET", ("logs",))):
+        code, body = await refused(jp_fetch, "clusters", NAME, *path, user="bob", method=method)
+        assert code == 404
+        assert body["error"] == f"no cluster named '{NAME}'"
+    code, _ = await refused(
+        jp_fetch, "clusters", NAME, user="bob", method="PATCH", body=json.dumps({"workers": 1})
+    )
+    assert code == 404
+    # bob asking for ?all=1 is not an admin: still only his own.
+    assert (await fetch_json(jp_fetch, "clusters", user="bob", params={"all": "1"}))[
+        "clusters"
+    ] == []
+
+
+async def test_admin_overview(jp_fetch: Any, alices_cluster: str) -> None:
+    everyone = await fetch_json(jp_fetch, "clusters", user="admin", params={"all": "1"})
+    row = next(c for c in everyone["clusters"] if c["name"] == NAME)
+    assert row["owner"] == OWNER
+    assert row["dashboard_path"] == f"raylab/clusters/{NAME}/dashboard/"
+    profiles = await fetch_json(jp_fetch, "profiles", user="admin")
+    assert profiles["user"] == {"name": "admin", "admin": True}
+
+
+async def test_logs(jp_fetch: Any, alices_cluster: str) -> None:
+    body = await fetch_json(jp_fetch, "clusters", NAME, "logs", params={"tail": "500"})
+    assert "Ray runtime started" in body["logs"]
+    code, err = await refused(jp_fetch, "clusters", NAME, "logs", params={"tail": "lots"})
+    assert (code, err["detail"]) == (422, "tail")
+
+
+async def test_dashboard_is_proxied(jp_fetch: Any, alices_cluster: str) -> None:
+    page = await jp_fetch("raylab", "clusters", NAME, "dashboard", "", headers=as_user(OWNER))
+    assert page.code == 200
+    assert b"Ray" in page.body
+    version = await fetch_json(jp_fetch, "clusters", NAME, "dashboard", "api", "version")
+    assert version["ray_version"].startswith("2.60")
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("raylab", "clusters", NAME, "dashboard", "", headers=as_user("bob"))
+    assert err.value.code == 404
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "message"),
+    [
+        ({"gpus": 3, "workers": 2}, "gpus", "gpus: 3 GPUs cannot be split evenly across 2"),
+        ({"name": "Bad_Name"}, "name", "is not a valid name"),
+        ({"memory": "64GB"}, "memory", "is not a quantity"),
+        ({"gpus": "lots"}, "gpus", "is not a whole number"),
+        ({"image": "x; rm -rf /"}, "image", "is not an image reference"),
+        ({"gpu": 4}, "gpu", "unknown field"),
+        (["gpus"], "body", "expected a JSON object"),
+    ],
+)
+async def test_bad_requests_name_the_field(
+    jp_fetch: Any, state_dir: Any, body: Any, field: str, message: str
+) -> None:
+    before = sorted(p.name for p in state_dir.iterdir()) if state_dir.exists() else []
+    code, err = await refused(jp_fetch, "clusters", method="POST", body=json.dumps(body))
+    assert code == 422
+    assert err["detail"] == field
+    assert message in err["error"]
+    after = sorted(p.name for p in state_dir.iterdir()) if state_dir.exists() else []
+    assert after == before, "a refused request created something"
+
+
+async def test_not_json(jp_fetch: Any) -> None:
+    code, err = await refused(jp_fetch, "clusters", method="POST", body="{not json")
+    assert (code, err["detail"]) == (422, "body")
+
+
+@pytest.mark.parametrize("raylab_config", [{"max_gpus_per_user": 2}])
+async def test_quota_is_checked_before_anything_is_made(
+    jp_fetch: Any, raylab_config: dict[str, Any]
+) -> None:
+    code, err = await refused(
+        jp_fetch, "clusters", method="POST", body=json.dumps({"gpus": 4, "workers": 1})
+    )
+    assert code == 403
+    assert err["error"] == "4 GPUs requested, quota is 2 and 0 are in use"
+    profiles = await fetch_json(jp_fetch, "profiles")
+    assert profiles["quota"]["gpus_left"] == 2
+
+
+async def test_unauthenticated_requests_are_refused(jp_fetch: Any) -> None:
+    for path in (("clusters",), ("profiles",), ("events",), ("clusters", NAME)):
+        with pytest.raises(HTTPClientError) as err:
+            await jp_fetch("raylab", *path, headers={"Authorization": ""})
+        assert err.value.code == 403
+
+
+async def sse(url: str, headers: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
+    """Yield each SSE message of a real streaming request."""
+    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    buffer = ""
+
+    def on_chunk(chunk: bytes) -> None:
+        nonlocal buffer
+        buffer += chunk.decode()
+        while "\n\n" in buffer:
+            block, buffer = buffer.split("\n\n", 1)
+            for line in block.splitlines():
+                if line.startswith("data: "):
+                    queue.put_nowait(json.loads(line[6:]))
+
+    request = HTTPRequest(url, headers=headers, streaming_callback=on_chunk, request_timeout=600)
+    task = asyncio.ensure_future(AsyncHTTPClient().fetch(request, raise_error=False))
+    try:
+        while True:
+            yield await asyncio.wait_for(queue.get(), 240)
+    finally:
+        task.cancel()
+
+
+async def next_of(stream: AsyncIterator[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    async for msg in stream:
+        if msg["type"] == kind and msg.get("cluster", {}).get("name") == name:
+            return msg
+    raise AssertionError("stream ended")
+
+
+async def test_events_follow_clusters_made_elsewhere(
+    jp_fetch: Any, jp_base_url: str, jp_http_port: int, jp_auth_header: dict[str, str]
+) -> None:
+    url = f"http://localhost:{jp_http_port}{jp_base_url}raylab/events"
+    alice = sse(url, {**jp_auth_header, **as_user(OWNER)})
+    bob = sse(url, {**jp_auth_header, **as_user("bob")})
+    first = await alice.__anext__()
+    assert first["type"] == "SNAPSHOT"
+    assert first["available"] is True
+    assert (await bob.__anext__())["type"] == "SNAPSHOT"
+
+    svc = service(OWNER)  # as `%raycluster up` in a kernel does, not through the server
+    await asyncio.get_running_loop().run_in_executor(
+        None, lambda: svc.create({"name": "api2", "workers": 0, "cpus": "1"})
+    )
+    added = await next_of(alice, "ADDED", "api2")
+    assert added["cluster"]["owner"] == OWNER
+    ready = added
+    while ready["cluster"]["phase"] != "Ready":
+        ready = await next_of(alice, "MODIFIED", "api2")
+    await asyncio.get_running_loop().run_in_executor(None, svc.delete, "api2")
+    deleted = await next_of(alice, "DELETED", "api2")
+    assert deleted["cluster"]["name"] == "api2"
+    # bob's stream never carried alice's cluster.
+    assert bob is not None
+    listed = await fetch_json(jp_fetch, "clusters", user="bob")
+    assert listed["clusters"] == []
+    await alice.aclose()
+    await bob.aclose()
