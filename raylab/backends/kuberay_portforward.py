@@ -76,18 +76,25 @@ class Relay:
 
 
 def pump(a: Remote, b: Remote, stop: threading.Event) -> None:
-    """Copy bytes both ways until either side closes (or `stop` is set)."""
-    peers = {a.fileno(): (a, b), b.fileno(): (b, a)}
-    while not stop.is_set():
-        readable, _, _ = select.select(list(peers), [], [], 0.5)
+    """Copy bytes both ways until both sides have closed (or `stop` is set).
+
+    One side's end of data is passed on as a half-close, so replies still in flight
+    from the other side are delivered.
+    """
+    routes = {a.fileno(): (a, b), b.fileno(): (b, a)}
+    while routes and not stop.is_set():
+        readable, _, _ = select.select(list(routes), [], [], 0.5)
         for fd in readable:
-            source, target = peers[fd]
+            source, target = routes[fd]
             try:
                 data = source.recv(_CHUNK)
             except OSError:
                 return
             if not data:
-                return
+                del routes[fd]
+                with contextlib.suppress(OSError):
+                    target.shutdown(socket.SHUT_WR)
+                continue
             try:
                 target.sendall(data)
             except OSError:

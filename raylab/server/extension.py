@@ -15,6 +15,15 @@ from .events import EventsHandler
 from .handlers import ClusterHandler, ClustersHandler, LogsHandler, ProfilesHandler
 
 NAME = r"(?P<name>[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)"
+# Under <base_url>raylab/.
+ROUTES: list[tuple[str, Any]] = [
+    ("profiles", ProfilesHandler),
+    ("clusters", ClustersHandler),
+    ("events", EventsHandler),
+    (url_path_join("clusters", NAME), ClusterHandler),
+    (url_path_join("clusters", NAME, "logs"), LogsHandler),
+    (url_path_join("clusters", NAME, "dashboard") + r"/?(?P<path>.*)", DashboardProxyHandler),
+]
 
 
 class RaylabExtension(ExtensionApp):
@@ -33,18 +42,7 @@ class RaylabExtension(ExtensionApp):
         web_app.settings["raylab_settings"] = settings
         web_app.settings["raylab_cache"] = self.cache
         base = url_path_join(web_app.settings["base_url"], "raylab")
-        routes: list[tuple[str, Any]] = [
-            ("profiles", ProfilesHandler),
-            ("clusters", ClustersHandler),
-            ("events", EventsHandler),
-            (url_path_join("clusters", NAME), ClusterHandler),
-            (url_path_join("clusters", NAME, "logs"), LogsHandler),
-            (
-                url_path_join("clusters", NAME, "dashboard") + r"/?(?P<path>.*)",
-                DashboardProxyHandler,
-            ),
-        ]
-        web_app.add_handlers(".*$", [(url_path_join(base, p), h) for p, h in routes])
+        web_app.add_handlers(".*$", [(url_path_join(base, p), h) for p, h in ROUTES])
         self.log.info("raylab: serving %s (backend %s)", base, settings.backend)
 
     async def stop_extension(self) -> None:

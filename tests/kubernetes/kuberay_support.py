@@ -7,6 +7,7 @@ what an admin is told to apply.
 from __future__ import annotations
 
 import contextlib
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from controlplane import call_json, wait_until
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
+from raylab.backends.base import ClusterEvent
 from raylab.backends.kuberay import KubeRayBackend
 from raylab.config import Settings
 from raylab.model import ClusterInfo, Phase
@@ -135,3 +137,44 @@ def user_kubeconfig(source: Path, namespace: str, dest: Path) -> Path:
     dest.write_text(yaml.safe_dump(doc))
     dest.chmod(0o600)
     return dest
+
+
+class Recorder:
+    """Runs backend.watch in a thread and keeps what it yields."""
+
+    def __init__(self, backend: KubeRayBackend) -> None:
+        self.events: list[ClusterEvent] = []
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(backend,), daemon=True)
+        self.thread.start()
+
+    def _run(self, backend: KubeRayBackend) -> None:
+        try:
+            for event in backend.watch(self.stop):
+                self.events.append(event)
+        except BaseException as exc:
+            self.error = exc
+
+    def seen(self, name: str, type_: str, phase: Phase | None = None, text: str = "") -> bool:
+        return any(
+            e.cluster.name == name
+            and e.type == type_
+            and (phase is None or e.cluster.phase == phase)
+            and text in e.cluster.reason
+            for e in list(self.events)
+        )
+
+    def wait(self, name: str, type_: str, phase: Phase | None = None, text: str = "") -> None:
+        what = f"watch: {type_} {name} {phase or ''} {text}"
+        wait_until(what, lambda: self.seen(name, type_, phase, text) or self._check(), 60, 0.1)
+
+    def _check(self) -> bool:
+        if self.error is not None:
+            raise self.error
+        return False
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+        assert not self.thread.is_alive(), "the watch did not stop"
