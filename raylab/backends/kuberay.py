@@ -400,17 +400,17 @@ class KubeRayBackend:
                 lambda **kw: custom.list_namespaced_custom_object(
                     *RAY, ns, PLURAL, label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY}", **kw
                 ),
-                self._call("watch", PLURAL),
+                self._call("list", PLURAL),
             ),
             "pods": (
                 lambda **kw: core.list_namespaced_pod(ns, label_selector=RAY_PODS, **kw),
-                self._call("watch", "pods"),
+                self._call("list", "pods"),
             ),
             "events": (
                 lambda **kw: core.list_namespaced_event(
                     ns, field_selector=RAYCLUSTER_WARNINGS, **kw
                 ),
-                self._call("watch", "events"),
+                self._call("list", "events"),
             ),
         }
         informers = []
@@ -458,13 +458,14 @@ def load_api_client() -> tuple[Any, str | None]:
         configuration = client.Configuration()
         load_incluster: Callable[..., None] = config.load_incluster_config
         load_incluster(client_configuration=configuration)
-        return client.ApiClient(configuration), None
+        return _client(configuration), None
     # Read KUBECONFIG now: the client reads it once, at its own import.
     path = os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
     try:
-        new_client: Callable[..., Any] = config.new_client_from_config
+        load: Callable[..., None] = config.load_kube_config
         contexts: Callable[..., Any] = config.list_kube_config_contexts
-        api = new_client(config_file=path, persist_config=False)
+        configuration = client.Configuration()
+        load(config_file=path, client_configuration=configuration, persist_config=False)
         _, active = contexts(config_file=path)
     except (ConfigException, OSError, TypeError, ValueError) as exc:
         raise BackendUnavailable(
@@ -473,7 +474,21 @@ def load_api_client() -> tuple[Any, str | None]:
             detail="set KUBECONFIG, or use --backend local",
         ) from None
     namespace = ((active or {}).get("context") or {}).get("namespace")
-    return api, str(namespace) if namespace else None
+    return _client(configuration), str(namespace) if namespace else None
+
+
+def _client(configuration: Any) -> Any:
+    """An ApiClient that fails at once when the API server is away.
+
+    urllib3 would retry a refused connection three times, logging a warning each time,
+    which a notebook shows in red; the caller gets one clear error instead, and watches
+    retry with their own backoff. Dropped keep-alive connections are still detected
+    before reuse.
+    """
+    from kubernetes import client
+
+    configuration.retries = 0
+    return client.ApiClient(configuration)
 
 
 def resolve_namespace(settings: Settings, user: str | None, context_namespace: str | None) -> str:

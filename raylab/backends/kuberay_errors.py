@@ -18,7 +18,9 @@ from typing import Any
 from ..errors import BackendUnavailable, Conflict, Forbidden, NotFound, RaylabError
 
 RBAC_DOC = "docs/kubernetes-rbac.md"
-_OBJECT_REPR = re.compile(r"<[^>]*>: ")
+# "<urllib3.connection.HTTPSConnection object at 0x...>: " (urllib3 1.x) or
+# "HTTPSConnection(host='127.0.0.1', port=6443): " (urllib3 2.x)
+_OBJECT_REPR = re.compile(r"(<[^>]*>|\w+Connection\([^)]*\)): ")
 _ERRNO = re.compile(r"\[Errno -?\d+\] ")
 
 

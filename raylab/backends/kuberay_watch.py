@@ -92,18 +92,19 @@ class Informer(threading.Thread):
                     self._version = self._relist()
                 self._version = self._watch(self._version)
                 delay = MIN_BACKOFF
-                self.failures = 0
             except GoneError:
                 self._version = None
             except Exception as exc:
                 if self._closed.is_set():
                     break
                 self.failures += 1
-                log.warning(
-                    "raylab: watching %s failed (%s); retrying in %.1f s",
+                # Once per outage (and then every 20th try), not at every backoff step.
+                level = logging.WARNING if self.failures % 20 == 1 else logging.DEBUG
+                log.log(
+                    level,
+                    "raylab: watching %s failed (%s); retrying with backoff",
                     self.kind,
                     _brief(exc),
-                    delay,
                 )
                 if getattr(exc, "status", None) == 410:
                     self._version = None
@@ -129,6 +130,9 @@ class Informer(threading.Thread):
             _request_timeout=(CONNECT_TIMEOUT, WATCH_SECONDS + 30),
         )
         self._response = response
+        if self.failures:
+            log.info("raylab: watching %s again after %d failures", self.kind, self.failures)
+            self.failures = 0
         try:
             if self._closed.is_set():
                 return version
@@ -144,7 +148,6 @@ class Informer(threading.Thread):
                 version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
                 if kind in ("ADDED", "MODIFIED", "DELETED"):
                     self._out.put(Changed(self.kind, kind, obj))
-            self.failures = 0
             return version
         finally:
             self._response = None

@@ -149,6 +149,11 @@ class Recorder:
         self.thread = threading.Thread(target=self._run, args=(backend,), daemon=True)
         self.thread.start()
 
+    @staticmethod
+    def never() -> threading.Event:
+        """A stop event for a watch that is only started."""
+        return threading.Event()
+
     def _run(self, backend: KubeRayBackend) -> None:
         try:
             for event in backend.watch(self.stop):

@@ -14,7 +14,11 @@ from typing import Any
 import pytest
 from jupyter_server.auth.identity import IdentityProvider, User
 
-pytest_plugins = ["pytest_jupyter.jupyter_server"]
+# pytest-jupyter's fixtures and hooks for this folder only (its autouse fixtures make a
+# new event loop and a ServerApp around every test, which the Ray tests do not need).
+# `pytest_plugins` may only be declared in the top-level conftest, hence the import.
+from pytest_jupyter.jupyter_core import *  # noqa: F403
+from pytest_jupyter.jupyter_server import *  # noqa: F403
 
 
 class TestUsers(IdentityProvider):
