@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 from . import render
 from .commands import CommandError, Commands, HelpShown
@@ -27,7 +28,7 @@ class TerminalOutput:
     def link(self, url: str, label: str) -> None:
         print(f"{label}: {url}")
 
-    def card(self, info: ClusterInfo) -> None:
+    def card(self, info: ClusterInfo, fetch: Callable[[], ClusterInfo] | None = None) -> None:
         print(info.name)
         for key, value in render.card_fields(info):
             print(f"  {key + ':':<11} {value}")

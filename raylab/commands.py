@@ -51,7 +51,9 @@ class Output(Protocol):
     def table(self, clusters: list[ClusterInfo], owner: bool) -> None: ...
     def block(self, text: str) -> None: ...
     def link(self, url: str, label: str) -> None: ...
-    def card(self, info: ClusterInfo) -> None: ...
+    def card(self, info: ClusterInfo, fetch: Callable[[], ClusterInfo] | None = None) -> None:
+        """Show the status card; with `fetch`, keep it current where the medium allows."""
+
     def progress(self, info: ClusterInfo, started: float) -> Any: ...
 
 
@@ -239,8 +241,9 @@ class Commands:
         name = args.name or connected_cluster()
         if name is None:
             return self.do_list(argparse.Namespace(backend=args.backend, all=False))
-        info = self.service(args.backend).get(name)
-        self.out.card(info)
+        service = self.service(args.backend)
+        info = service.get(name)
+        self.out.card(info, lambda: service.get(name))
         return info
 
     def do_connect(self, args: argparse.Namespace) -> ClusterInfo:

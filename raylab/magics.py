@@ -14,7 +14,7 @@ from . import render
 from .commands import CommandError, Commands, HelpShown
 from .errors import RaylabError
 from .model import ClusterInfo
-from .widgets import in_notebook, progress_view
+from .widgets import StatusCard, card_text, in_notebook, progress_view
 
 display = cast(Callable[..., None], _display)  # IPython.display is not typed
 
@@ -52,11 +52,13 @@ class NotebookOutput:
             raw=True,
         )
 
-    def card(self, info: ClusterInfo) -> None:
-        text = "\n".join(f"{k}: {v}" for k, v in render.card_fields(info))
-        display(
-            {"text/plain": f"{info.name}\n{text}", "text/html": render.card_html(info)}, raw=True
-        )
+    def card(self, info: ClusterInfo, fetch: Callable[[], ClusterInfo] | None = None) -> None:
+        if in_notebook():
+            card = StatusCard(info)
+            if fetch is not None:
+                card.follow(fetch)  # live, like the sidebar's card
+            return
+        display({"text/plain": card_text(info), "text/html": render.card_html(info)}, raw=True)
 
     def progress(self, info: ClusterInfo, started: float) -> Any:
         return progress_view(info, started)
