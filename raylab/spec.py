@@ -28,6 +28,7 @@ _IMAGE = re.compile(
     r"(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
     r"(?:@sha256:[a-f0-9]{64})?$"
 )
+_FIELD_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 MAX_GPUS = 1024
 MAX_WORKERS = 512
 
@@ -81,7 +82,10 @@ class ClusterSpec:
             raise SpecError("body", "expected a JSON object with cluster fields")
         unknown = sorted(str(k) for k in data if k not in FIELDS)
         if unknown:
-            raise SpecError(unknown[0], f"unknown field; allowed: {', '.join(FIELDS)}")
+            field = unknown[0] if _FIELD_NAME.match(unknown[0]) else "body"
+            raise SpecError(
+                field, f"unknown field {_show(unknown[0])}; allowed: {', '.join(FIELDS)}"
+            )
         d = profiles.defaults
         name = _name(data.get("name"))
         gpus = _int(data, "gpus", d.gpus, 0, MAX_GPUS)

@@ -14,7 +14,9 @@ from jupyter_server.utils import url_path_join
 from jupyter_server_proxy.handlers import ProxyHandler
 from tornado import web
 
+from ..errors import SpecError
 from ..model import ClusterInfo
+from ..spec import validate_name
 from .cache import ClusterCache
 
 
@@ -22,6 +24,10 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
     """`<base_url>raylab/clusters/<name>/dashboard/<path>` -> the cluster's dashboard."""
 
     async def _target(self, name: str) -> tuple[str, int]:
+        try:
+            validate_name(name)
+        except SpecError as err:
+            raise web.HTTPError(422, err.message) from None
         settings = self.settings["raylab_settings"]
         cache: ClusterCache = self.settings["raylab_cache"]
         cache.ensure_started()

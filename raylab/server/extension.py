@@ -12,9 +12,16 @@ from ..config import Raylab, Settings
 from .cache import ClusterCache
 from .dashboard import DashboardProxyHandler
 from .events import EventsHandler
-from .handlers import ClusterHandler, ClustersHandler, LogsHandler, ProfilesHandler
+from .handlers import (
+    ClusterHandler,
+    ClustersHandler,
+    LogsHandler,
+    NotFoundHandler,
+    ProfilesHandler,
+)
 
-NAME = r"(?P<name>[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)"
+# Any segment: the handlers validate it, so a bad name gets a 422 that says why.
+NAME = r"(?P<name>[^/]+)"
 # Under <base_url>raylab/.
 ROUTES: list[tuple[str, Any]] = [
     ("profiles", ProfilesHandler),
@@ -23,6 +30,7 @@ ROUTES: list[tuple[str, Any]] = [
     (url_path_join("clusters", NAME), ClusterHandler),
     (url_path_join("clusters", NAME, "logs"), LogsHandler),
     (url_path_join("clusters", NAME, "dashboard") + r"/?(?P<path>.*)", DashboardProxyHandler),
+    (r"(?P<path>.*)", NotFoundHandler),
 ]
 
 

@@ -115,6 +115,15 @@ def cluster_json(info: ClusterInfo, admin: bool) -> dict[str, Any]:
     return body
 
 
+class NotFoundHandler(RaylabHandler):
+    """Any other path under raylab/: a JSON 404, like every raylab answer."""
+
+    async def _missing(self, path: str) -> None:
+        raise NotFound(f"no raylab endpoint {path!r}", detail="see the README's REST API")
+
+    get = post = patch = delete = put = web.authenticated(authorized(_missing))
+
+
 class ClustersHandler(RaylabHandler):
     @web.authenticated
     @authorized
