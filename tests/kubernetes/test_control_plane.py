@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from http import HTTPStatus
 from typing import Any
 
@@ -317,3 +318,17 @@ def test_apiserver_outage_and_recovery(
         if p["metadata"]["labels"]["ray.io/node-type"] == "worker"
     )
     assert worker["spec"]["nodeName"] == "kwok-h100-0"
+
+
+def test_requests_of_ordinary_users_are_audited(control_plane: ControlPlane) -> None:
+    """Benchmarks count a user's API requests on the server's side, from the audit log."""
+    since = time.time() - 1
+    api = k8s_client.CoreV1Api(control_plane.api_client("bob"))
+    with pytest.raises(k8s_client.ApiException):
+        api.list_namespaced_pod("default")  # forbidden, but still a request
+    events = wait_until(
+        "bob's request in the audit log",
+        lambda: control_plane.audited_requests("bob", since=since),
+        timeout=10,
+    )
+    assert [(e["verb"], e["objectRef"]["resource"]) for e in events] == [("list", "pods")]
