@@ -22,6 +22,9 @@ _RAY_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
     # `down` means now: skip Ray's 30 s drain on SIGTERM (meant for Serve upgrades).
     "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+    # The raylet gives its Python dashboard agent 30 s to report its port, then aborts;
+    # on a busy laptop that agent's imports alone can take longer.
+    "RAY_agent_register_timeout_ms": "120000",
 }
 
 
