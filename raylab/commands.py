@@ -211,7 +211,7 @@ class Commands:
                 # Connect as soon as the head is up, while the workers start.
                 head = service.wait(info.name, _head_up, timeout, view.update)
                 view.update(note="Connecting this kernel through Ray Client…")
-                self._connect(head)
+                self._connect(head, service)
             info = service.wait(info.name, _ready, max(1.0, timeout - (time.time() - started)),
                                 view.update)  # fmt: skip
         view.stop_clock()
@@ -258,7 +258,7 @@ class Commands:
             timeout = args.timeout or self.settings.profiles.defaults.timeout
             view = self.out.progress(info, time.time())
             info = service.wait(args.name, _head_up, timeout, view.update)
-        self._connect(info)
+        self._connect(info, service)
         self.out.line(self._connected_note(info))
         return info
 
@@ -291,8 +291,9 @@ class Commands:
         return text
 
     def do_dashboard(self, args: argparse.Namespace) -> str | None:
-        info = self.service(args.backend).get(args.name)
-        url = info.endpoints.dashboard
+        service = self.service(args.backend)
+        info = service.get(args.name)
+        url = service.backend.dashboard_address(info) if info.endpoints.dashboard else None
         if url is None:
             self.out.line(f"{info.name} has no dashboard while {info.phase}.")
         else:
@@ -301,10 +302,10 @@ class Commands:
 
     # --- helpers ------------------------------------------------------------------
 
-    def _connect(self, info: ClusterInfo) -> None:
+    def _connect(self, info: ClusterInfo, service: ClusterService) -> None:
         from .connect import connect
 
-        connect(info)
+        connect(info, address=service.backend.client_address(info))
 
     def _connected_note(self, info: ClusterInfo) -> str:
         return (

@@ -61,10 +61,13 @@ def connected_cluster() -> str | None:
     return _current.cluster if _current else None
 
 
-def connect(info: ClusterInfo, timeout: float = 60.0) -> None:
-    """Attach this process to the cluster; a no-op when already attached to it."""
+def connect(info: ClusterInfo, timeout: float = 60.0, address: str | None = None) -> None:
+    """Attach this process to the cluster; a no-op when already attached to it.
+
+    `address` overrides the cluster's own client endpoint (KubeRay from outside
+    Kubernetes: a local port-forward)."""
     global _current
-    address = info.endpoints.client
+    address = address or info.endpoints.client
     if not address:
         raise BackendUnavailable(
             f"cluster {info.name!r} has no Ray Client endpoint yet (phase {info.phase})",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -41,6 +41,19 @@ class Backend(Protocol):
 
     def logs(self, name: str, tail: int = 200) -> str: ...
 
-    def watch(self, stop: threading.Event) -> Iterator[ClusterEvent]:
-        """Yield every change until `stop` is set; starts with ADDED for each cluster."""
+    def watch(
+        self, stop: threading.Event, on_health: Callable[[str | None], None] | None = None
+    ) -> Iterator[ClusterEvent]:
+        """Yield every change until `stop` is set; starts with ADDED for each cluster.
+
+        A backend that rides out outages reports them through `on_health` (a message
+        while unreachable, None once back) instead of ending the iteration."""
+        ...
+
+    def client_address(self, info: ClusterInfo) -> str | None:
+        """Where this process reaches the cluster's Ray Client (may open a tunnel)."""
+        ...
+
+    def dashboard_address(self, info: ClusterInfo) -> str | None:
+        """Where this process reaches the cluster's dashboard (may open a tunnel)."""
         ...

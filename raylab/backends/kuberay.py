@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import builtins
 import json
-import os
 import queue
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 from ..config import Settings
@@ -34,9 +32,10 @@ from ..manifest import (
     spec_annotation,
     versions_from_image,
 )
-from ..model import ClusterInfo, Phase
+from ..model import ClusterInfo
 from ..spec import ClusterSpec
 from .base import ClusterEvent
+from .kuberay_config import in_cluster, load_api_client, resolve_namespace
 from .kuberay_errors import Call, api_errors, server_message, translate
 from .kuberay_portforward import Relay
 from .kuberay_status import (
@@ -50,7 +49,6 @@ from .kuberay_watch import Cache, Informer, Message
 
 RAY = ("ray.io", "v1")
 PLURAL = "rayclusters"
-SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 REQUEST_TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
 RAY_PODS = "ray.io/cluster"  # label KubeRay puts on every pod of a cluster
 RAYCLUSTER_WARNINGS = "involvedObject.kind=RayCluster,type=Warning"
@@ -59,11 +57,6 @@ RAYCLUSTER_WARNINGS = "involvedObject.kind=RayCluster,type=Warning"
 # (API server, namespace, cluster, port) for the life of the process.
 _forwards: dict[tuple[str, str, str, int], Relay] = {}
 _forwards_lock = threading.Lock()
-
-
-def in_cluster() -> bool:
-    """Running in a pod: the API server's Service is in the environment."""
-    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
 
 
 class KubeRayBackend:
@@ -220,24 +213,36 @@ class KubeRayBackend:
         text = str(response.data.decode(errors="replace"))
         return text if text.endswith("\n") or not text else text + "\n"
 
-    def watch(self, stop: threading.Event) -> Iterator[ClusterEvent]:
+    def watch(
+        self, stop: threading.Event, on_health: Callable[[str | None], None] | None = None
+    ) -> Iterator[ClusterEvent]:
         """ADDED for each cluster, then every change, until `stop` is set.
 
         RayClusters, their pods and the operator's Warning events are watched (three
         threads, one queue): a pod that becomes unschedulable, or Ready, changes a
         cluster's phase without the RayCluster changing. Status is derived from this
         cache, with no further requests, as soon as a change arrives.
+
+        Errors at the start raise (no KubeRay, RBAC); later the watch outlives outages,
+        reconnecting with backoff. `on_health` (called from the iterating thread) hears
+        what is wrong meanwhile ("cannot reach Kubernetes at ..."), and None once the
+        watch is back, so a UI can say so instead of showing stale clusters as live.
         """
         inbox: queue.Queue[Message] = queue.Queue()
         cache = Cache()
         informers = self._start_informers(cache, inbox)
         last: dict[str, ClusterInfo] = {}
+        health: str | None = None
         try:
             for name in sorted(cache.clusters):
                 yield from self._emit(name, cache, last)
             for informer in informers:
                 informer.start()
             while not stop.is_set():
+                now = next((i.error for i in informers if i.error), None)
+                if now != health and on_health is not None:
+                    on_health(now)
+                health = now
                 try:
                     message = inbox.get(timeout=0.25)
                 except queue.Empty:
@@ -273,7 +278,8 @@ class KubeRayBackend:
 
         def open_remote() -> Any:
             head = self._running_head(name)
-            with api_errors(self._call("create", "pods/portforward", head)):
+            # A websocket upgrade is a GET: RBAC checks `get` on pods/portforward.
+            with api_errors(self._call("get", "pods/portforward", head)):
                 forward = portforward(self.core.connect_get_namespaced_pod_portforward, head,
                                       self.namespace, ports=str(port))  # fmt: skip
             return forward.socket(port)
@@ -283,9 +289,9 @@ class KubeRayBackend:
             open_remote().close()
         except BackendUnavailable as exc:
             raise BackendUnavailable(
-                f"cannot port-forward to cluster {name!r}: {_handshake(exc.message)}",
+                f"cannot port-forward to cluster {name!r}: {exc.message}",
                 detail="raylab reaches clusters from outside Kubernetes through the API "
-                "server (as kubectl port-forward); the Role needs pods/portforward create, "
+                "server (as kubectl port-forward); the Role needs pods/portforward get, "
                 "and the API server must reach the node's kubelet",
             ) from None
         return Relay(open_remote)
@@ -424,7 +430,7 @@ class KubeRayBackend:
                 raise
             cache.apply(_synced(kind, body.get("items") or []))
             version = str(body["metadata"]["resourceVersion"])
-            informers.append(Informer(kind, list_call, inbox, version))
+            informers.append(Informer(kind, list_call, inbox, version, _describer(call)))
         return informers
 
     def _emit(
@@ -445,76 +451,18 @@ class KubeRayBackend:
         yield ClusterEvent("ADDED" if before is None else "MODIFIED", info)
 
 
-# --- configuration ----------------------------------------------------------------
-
-
-def load_api_client() -> tuple[Any, str | None]:
-    """An ApiClient from the pod's service account, else from KUBECONFIG (or
-    ~/.kube/config); with the kubeconfig context's namespace, if it names one."""
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
-
-    if in_cluster() and (SA_DIR / "token").is_file():
-        configuration = client.Configuration()
-        load_incluster: Callable[..., None] = config.load_incluster_config
-        load_incluster(client_configuration=configuration)
-        return _client(configuration), None
-    # Read KUBECONFIG now: the client reads it once, at its own import.
-    path = os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
-    try:
-        load: Callable[..., None] = config.load_kube_config
-        contexts: Callable[..., Any] = config.list_kube_config_contexts
-        configuration = client.Configuration()
-        load(config_file=path, client_configuration=configuration, persist_config=False)
-        _, active = contexts(config_file=path)
-    except (ConfigException, OSError, TypeError, ValueError) as exc:
-        raise BackendUnavailable(
-            f"no Kubernetes configuration: not in a pod, and no usable kubeconfig at {path} "
-            f"({exc})",
-            detail="set KUBECONFIG, or use --backend local",
-        ) from None
-    namespace = ((active or {}).get("context") or {}).get("namespace")
-    return _client(configuration), str(namespace) if namespace else None
-
-
-def _client(configuration: Any) -> Any:
-    """An ApiClient that fails at once when the API server is away.
-
-    urllib3 would retry a refused connection three times, logging a warning each time,
-    which a notebook shows in red; the caller gets one clear error instead, and watches
-    retry with their own backoff. Dropped keep-alive connections are still detected
-    before reuse.
-    """
-    from kubernetes import client
-
-    configuration.retries = 0
-    return client.ApiClient(configuration)
-
-
-def resolve_namespace(settings: Settings, user: str | None, context_namespace: str | None) -> str:
-    """The template (one namespace per user), else this pod's, else the kubeconfig's."""
-    template = settings.options.namespace_template
-    if template:
-        from ..service import current_user
-
-        try:
-            return str(template.format(username=owner_label(user or current_user())))
-        except (KeyError, IndexError, ValueError) as exc:
-            raise BackendUnavailable(
-                f"namespace_template {template!r} is not valid ({exc!r})",
-                detail="the only placeholder is {username}, e.g. 'ray-{username}'",
-            ) from None
-    try:
-        own = (SA_DIR / "namespace").read_text().strip()
-    except OSError:
-        own = ""
-    return own or context_namespace or "default"
-
-
 def _synced(kind: str, items: builtins.list[dict[str, Any]]) -> Message:
     from .kuberay_watch import Synced
 
     return Synced(kind, items)
+
+
+def _describer(call: Call) -> Callable[[BaseException], str]:
+    def describe(exc: BaseException) -> str:
+        error = translate(exc, call)
+        return error.message if error is not None else f"{type(exc).__name__}: {exc}"
+
+    return describe
 
 
 def _maybe_refused(obj: dict[str, Any]) -> bool:
@@ -528,10 +476,4 @@ def _name(obj: dict[str, Any]) -> str:
     return str(obj.get("metadata", {}).get("name") or "")
 
 
-def _handshake(message: str) -> str:
-    """The client packs a failed websocket handshake as 'status -+-+- headers -+-+- body'."""
-    parts = [p.strip() for p in message.split("-+-+-")]
-    return f"{parts[0]}: {parts[-1]}" if len(parts) > 1 else message
-
-
-__all__ = ["KubeRayBackend", "Phase", "in_cluster", "load_api_client", "resolve_namespace"]
+__all__ = ["KubeRayBackend"]

@@ -128,25 +128,45 @@ def kuberay_missing(call: Call) -> BackendUnavailable:
     )
 
 
+def forbidden(call: Call, message: str) -> Forbidden:
+    what = f"{call.resource}.{call.group}" if call.group else call.resource
+    return Forbidden(
+        f"Kubernetes does not allow you to {call.verb} {what} in namespace {call.namespace!r}",
+        detail=f"ask your admin to grant the Role in {RBAC_DOC} in that namespace "
+        f"(the API server said: {message})",
+    )
+
+
+def _from_handshake(reason: str, call: Call) -> RaylabError:
+    """A failed websocket upgrade, which the client packs as
+    'Handshake status 403 Forbidden -+-+- {headers} -+-+- body'."""
+    parts = [p.strip() for p in reason.split("-+-+-")]
+    body = parts[-1] if len(parts) > 1 else ""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict) and parsed.get("reason") == "Forbidden":
+        return forbidden(call, str(parsed.get("message")))
+    message = parsed.get("message") if isinstance(parsed, dict) else body
+    summary = f"{parts[0]}: {message}" if message else parts[0]
+    return BackendUnavailable(
+        f"Kubernetes at {call.server} refused the {call.resource} connection: {summary}"
+    )
+
+
 def _from_status(exc: Any, call: Call) -> RaylabError:
     status = exc.status
     message = server_message(exc)
     if status == 0:  # the client's wrapper for websocket failures (port-forward)
-        return BackendUnavailable(
-            f"Kubernetes at {call.server} refused the {call.resource} connection: {exc.reason}"
-        )
+        return _from_handshake(str(exc.reason), call)
     if status == HTTPStatus.UNAUTHORIZED:
         return Forbidden(
             f"Kubernetes at {call.server} did not accept your credentials ({message})",
             detail="your token or kubeconfig has expired or is wrong; log in again",
         )
     if status == HTTPStatus.FORBIDDEN:
-        what = f"{call.resource}.{call.group}" if call.group else call.resource
-        return Forbidden(
-            f"Kubernetes does not allow you to {call.verb} {what} in namespace {call.namespace!r}",
-            detail=f"ask your admin to grant the Role in {RBAC_DOC} in that namespace "
-            f"(the API server said: {message})",
-        )
+        return forbidden(call, message)
     if status == HTTPStatus.NOT_FOUND:
         if is_missing_api(exc) and call.group:
             return kuberay_missing(call)

@@ -62,6 +62,7 @@ class Informer(threading.Thread):
         list_call: ListCall,
         out: queue.Queue[Message],
         resource_version: str | None = None,
+        describe: Callable[[BaseException], str] | None = None,
     ) -> None:
         super().__init__(name=f"raylab-watch-{kind}", daemon=True)
         self.kind = kind
@@ -70,7 +71,10 @@ class Informer(threading.Thread):
         self._version = resource_version
         self._closed = threading.Event()
         self._response: Any = None
-        self.failures = 0  # consecutive failed connections (tests and logs read it)
+        self.failures = 0  # consecutive failed connections
+        # What is wrong while reconnecting ("cannot reach Kubernetes at ..."), else None.
+        self.error: str | None = None
+        self._describe = describe or _brief
 
     def close(self) -> None:
         """Stop; a read blocked on the socket is interrupted, not waited for."""
@@ -98,6 +102,7 @@ class Informer(threading.Thread):
                 if self._closed.is_set():
                     break
                 self.failures += 1
+                self.error = self._describe(exc)
                 # Once per outage (and then every 20th try), not at every backoff step.
                 level = logging.WARNING if self.failures % 20 == 1 else logging.DEBUG
                 log.log(
@@ -133,6 +138,7 @@ class Informer(threading.Thread):
         if self.failures:
             log.info("raylab: watching %s again after %d failures", self.kind, self.failures)
             self.failures = 0
+        self.error = None
         try:
             if self._closed.is_set():
                 return version

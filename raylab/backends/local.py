@@ -22,7 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -233,7 +233,15 @@ class LocalBackend:
             text += f"\n[raylab] Ray's own logs for this cluster: {session.group(1)}/logs\n"
         return text
 
-    def watch(self, stop: threading.Event) -> Iterator[ClusterEvent]:
+    def client_address(self, info: ClusterInfo) -> str | None:
+        return info.endpoints.client
+
+    def dashboard_address(self, info: ClusterInfo) -> str | None:
+        return info.endpoints.dashboard
+
+    def watch(
+        self, stop: threading.Event, on_health: Callable[[str | None], None] | None = None
+    ) -> Iterator[ClusterEvent]:
         """Local status comes from process liveness, which cannot be watched: poll it."""
         known: dict[str, ClusterInfo] = {}
         while not stop.is_set():

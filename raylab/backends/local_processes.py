@@ -25,6 +25,10 @@ _RAY_ENV = {
     # The raylet gives its Python dashboard agent 30 s to report its port, then aborts;
     # on a busy laptop that agent's imports alone can take longer.
     "RAY_agent_register_timeout_ms": "120000",
+    # Ray 2.60 turns token auth on for `ray start` whenever ~/.ray/auth_token exists
+    # (any local `ray.init()` writes one): state it, so a cluster behaves the same on
+    # every machine. The dashboard stays on 127.0.0.1; see the README on security.
+    "RAY_AUTH_MODE": "disabled",
 }
 
 

@@ -99,7 +99,8 @@ class ClusterCache:
                 snapshot = self.backend.list()
                 self._hand_over(self._replace, snapshot)
                 delay = 0.5
-                for event in self.backend.watch(self._stop):
+                health = self._health
+                for event in self.backend.watch(self._stop, on_health=health):
                     self._hand_over(self._apply, event)
             except RaylabError as exc:
                 self._hand_over(self._set_error, exc.message)
@@ -108,6 +109,10 @@ class ClusterCache:
                 self._hand_over(self._set_error, f"cluster watch failed: {exc}")
             self._stop.wait(delay)
             delay = min(delay * 2, 10.0)
+
+    def _health(self, error: str | None) -> None:
+        """The backend's word on an outage it rides out (e.g. Kubernetes unreachable)."""
+        self._hand_over(self._set_error, error)
 
     def _hand_over(self, fn: Callable[..., None], arg: Any) -> None:
         if self.loop is not None and not self.loop.is_closed():

@@ -6,6 +6,7 @@ cluster's dashboard address itself and refuses anyone who may not see the cluste
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 from urllib.parse import urlparse
 
@@ -18,6 +19,9 @@ from ..errors import SpecError
 from ..model import ClusterInfo
 from ..spec import validate_name
 from .cache import ClusterCache
+
+
+_JUPYTER_CREDENTIALS = ("Authorization", "Cookie", "X-XSRFToken")
 
 
 class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library is untyped
@@ -39,10 +43,18 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
             raise web.HTTPError(404, f"no cluster named {name!r}")
         if not info.endpoints.dashboard:
             raise web.HTTPError(503, f"cluster {name!r} has no dashboard while {info.phase}")
-        url = urlparse(info.endpoints.dashboard)
+        # Outside Kubernetes this opens (once) a port-forward: off the event loop.
+        address = await asyncio.get_running_loop().run_in_executor(
+            None, cache.backend.dashboard_address, info
+        )
+        url = urlparse(address or info.endpoints.dashboard)
         host, port = url.hostname or "127.0.0.1", url.port or 8265
         # Only this cluster's own dashboard may be reached through this route.
         self.host_allowlist = [host]
+        # Jupyter's credentials are for Jupyter: never hand them to the cluster (and Ray's
+        # dashboard refuses an Authorization header it did not issue).
+        for header in _JUPYTER_CREDENTIALS:
+            self.request.headers.pop(header, None)
         self.proxy_base = url_path_join("raylab", "clusters", name, "dashboard")
         return host, port
 

@@ -35,16 +35,24 @@ def documented_rbac() -> dict[str, dict[str, Any]]:
     return {doc["kind"]: doc for doc in map(yaml.safe_load, blocks)}
 
 
-def grant(admin_api: k8s_client.ApiClient, namespace: str, user: str) -> None:
-    """Bind the documented Role to `user` in `namespace`, and wait until it applies."""
+def grant(
+    admin_api: k8s_client.ApiClient, namespace: str, user: str, without: str | None = None
+) -> None:
+    """Bind the documented Role to `user` in `namespace`, and wait until it applies.
+
+    `without` names a resource whose rule is left out (a Role that misses a piece).
+    """
     docs = documented_rbac()
     rbac = k8s_client.RbacAuthorizationV1Api(admin_api)
     role = docs["Role"]
-    role["metadata"] = {"name": role["metadata"]["name"], "namespace": namespace}
+    name = role["metadata"]["name"] + (f"-without-{without.replace('/', '-')}" if without else "")
+    role["metadata"] = {"name": name, "namespace": namespace}
+    role["rules"] = [r for r in role["rules"] if without not in r["resources"]]
     with contextlib.suppress(ApiException):  # already there for another user
         call_json(rbac.create_namespaced_role, namespace, role)
     binding = docs["RoleBinding"]
     binding["metadata"] = {"name": f"raylab-{user}", "namespace": namespace}
+    binding["roleRef"]["name"] = name
     binding["subjects"] = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
     call_json(rbac.create_namespaced_role_binding, namespace, binding)
 
@@ -144,6 +152,7 @@ class Recorder:
 
     def __init__(self, backend: KubeRayBackend) -> None:
         self.events: list[ClusterEvent] = []
+        self.health: list[str | None] = []  # what on_health heard
         self.stop = threading.Event()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, args=(backend,), daemon=True)
@@ -156,7 +165,7 @@ class Recorder:
 
     def _run(self, backend: KubeRayBackend) -> None:
         try:
-            for event in backend.watch(self.stop):
+            for event in backend.watch(self.stop, on_health=self.health.append):
                 self.events.append(event)
         except BaseException as exc:
             self.error = exc

@@ -6,6 +6,7 @@ Security "restricted", so every pod the operator makes from raylab's manifest mu
 
 from __future__ import annotations
 
+import queue
 import socket
 import threading
 import time
@@ -17,9 +18,10 @@ import pytest
 from controlplane import ControlPlane, call_json, wait_until
 from kubernetes import client as k8s_client
 
-import raylab.backends.kuberay as kuberay
+import raylab.backends.kuberay_config as kuberay_config
 from raylab.backends.kuberay import KubeRayBackend
 from raylab.backends.kuberay_portforward import Relay
+from raylab.backends.kuberay_watch import Changed, Informer, Message, Synced
 from raylab.errors import BackendUnavailable, Forbidden, NotFound
 from raylab.manifest import owner_label
 from raylab.model import ClusterInfo, Phase
@@ -78,7 +80,7 @@ def test_namespace_from_template_pod_kubeconfig_or_default(
         KubeRayBackend(settings(namespace_template="ray-{user}"), api_client=alice_api)
 
     # No template: the kubeconfig's context namespace, read from KUBECONFIG.
-    monkeypatch.setattr(kuberay, "SA_DIR", tmp_path / "no-service-account")
+    monkeypatch.setattr(kuberay_config, "SA_DIR", tmp_path / "no-service-account")
     config = user_kubeconfig(control_plane.kubeconfig("alice"), "ctx-ns", tmp_path / "kc")
     monkeypatch.setenv("KUBECONFIG", str(config))
     from_config = KubeRayBackend(SETTINGS)
@@ -86,7 +88,7 @@ def test_namespace_from_template_pod_kubeconfig_or_default(
     # In a pod, the pod's own namespace comes first.
     (tmp_path / "sa").mkdir()
     (tmp_path / "sa" / "namespace").write_text("pod-ns\n")
-    monkeypatch.setattr(kuberay, "SA_DIR", tmp_path / "sa")
+    monkeypatch.setattr(kuberay_config, "SA_DIR", tmp_path / "sa")
     assert KubeRayBackend(SETTINGS).namespace == "pod-ns"
 
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
@@ -199,6 +201,31 @@ def test_watch_yields_added_modified_deleted_and_scheduling_reasons(
         assert Phase.READY in phases
     finally:
         recorder.close()
+
+
+def test_a_resource_version_the_server_forgot_means_listing_again(
+    alice: KubeRayBackend, namespace: str
+) -> None:
+    """410 Gone on resume (after an outage longer than the server's watch history)."""
+    inbox: queue.Queue[Message] = queue.Queue()
+
+    def list_call(**kwargs: Any) -> Any:
+        return alice.custom.list_namespaced_custom_object(*RAY, namespace, "rayclusters", **kwargs)
+
+    informer = Informer("rayclusters", list_call, inbox, resource_version="1")
+    informer.start()
+    try:
+        first = inbox.get(timeout=30)
+        assert isinstance(first, Synced)  # listed afresh instead of failing or going quiet
+        alice.create(spec("relisted", workers=0), "alice")
+        changed = inbox.get(timeout=30)
+        assert isinstance(changed, Changed)
+        assert (changed.type, changed.obj["metadata"]["name"]) == ("ADDED", "relisted")
+    finally:
+        informer.close()
+        informer.join(timeout=5)
+        alice.delete("relisted", propagation="Background")
+    assert not informer.is_alive()
 
 
 # --- who sees what ---------------------------------------------------------------------

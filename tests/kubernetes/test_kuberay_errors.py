@@ -84,6 +84,11 @@ def test_api_server_down_then_back_without_restarting_raylab(
             assert "KUBECONFIG" in str(down.value.detail)
             with pytest.raises(BackendUnavailable, match="cannot reach Kubernetes"):
                 alice.create(spec("during"), "alice")
+            # The watch goes on, and says what is wrong meanwhile.
+            wait_until("the watch reports the outage", lambda: recorder.health, 30, 0.1)
+            assert str(recorder.health[0]).startswith(
+                f"cannot reach Kubernetes at {control_plane.server_url}: "
+            )
         finally:
             control_plane.start_apiserver()
         # The same backend object (and the same watch) carry on.
@@ -93,6 +98,7 @@ def test_api_server_down_then_back_without_restarting_raylab(
         recorder.wait("after", "MODIFIED", Phase.READY)
         alice.delete("after", propagation="Background")
         recorder.wait("after", "DELETED")
+        assert recorder.health[-1] is None  # and says when it is back
     finally:
         recorder.close()
         alice.delete("steady", propagation="Background")
@@ -239,3 +245,23 @@ def test_the_operators_validation_warning_is_failed_with_its_message(
             recorder.close()
     finally:
         call_json(custom.delete_namespaced_custom_object, *RAY, namespace, "rayclusters", name)
+
+
+def test_port_forward_without_the_right_names_it(
+    admin_api: k8s_client.ApiClient,
+    alice_api: k8s_client.ApiClient,
+    bob_api: k8s_client.ApiClient,
+) -> None:
+    with new_namespace(admin_api, "rl-fwd") as namespace:
+        grant(admin_api, namespace, "alice")
+        grant(admin_api, namespace, "bob", without="pods/portforward")
+        alice = KubeRayBackend(SETTINGS, api_client=alice_api, namespace=namespace)
+        alice.create(spec("fwd"), "alice")
+        wait_info(alice, "fwd", is_ready, "Ready")
+        bob = KubeRayBackend(SETTINGS, api_client=bob_api, namespace=namespace)
+        with pytest.raises(Forbidden) as denied:
+            bob.port_forward("fwd", 10001)
+        assert str(denied.value) == (
+            f"Kubernetes does not allow you to get pods/portforward in namespace {namespace!r}"
+        )
+        assert 'User "bob" cannot get resource "pods/portforward"' in str(denied.value.detail)

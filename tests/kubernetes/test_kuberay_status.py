@@ -1,0 +1,128 @@
+"""Phase from conditions and pods, for states the fake nodes cannot produce.
+
+KWOK pods never crash-loop or fail to pull an image, so these cases are written as the
+API server returns them (plain dicts, the shape of `kubectl get -o json`); every state
+the fake nodes can reach is covered against the real operator in test_kuberay_backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from raylab.backends.kuberay_status import cluster_info, derive_status
+from raylab.manifest import raycluster_manifest
+from raylab.model import Phase
+from raylab.profiles import Profiles
+from raylab.spec import ClusterSpec
+
+PROFILES = Profiles()
+
+
+def raycluster(workers: int = 2, **status: Any) -> dict[str, Any]:
+    s = ClusterSpec.from_mapping({"name": "c", "gpus": 2 * workers, "workers": workers}, PROFILES)
+    obj = raycluster_manifest(s, PROFILES.gpu_types["a100"], owner="alice", namespace="ml",
+                              image="rayproject/ray:2.60.0-py311-gpu",
+                              ray_version="2.60.0")  # fmt: skip
+    obj["metadata"].update(generation=1, creationTimestamp="2026-01-01T00:00:00Z")
+    if status:
+        obj["status"] = status
+    return obj
+
+
+def accepted(*conditions: tuple[str, str], **extra: Any) -> dict[str, Any]:
+    return {
+        "observedGeneration": 1,
+        "conditions": [{"type": t, "status": s} for t, s in conditions],
+        **extra,
+    }
+
+
+def pod(kind: str, ready: bool = True, waiting: str | None = None) -> dict[str, Any]:
+    state = {"waiting": {"reason": waiting, "message": "back-off pulling"}} if waiting else {}
+    return {
+        "metadata": {"name": f"c-{kind}-x", "labels": {"ray.io/node-type": kind}},
+        "status": {
+            "phase": "Running" if ready else "Pending",
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "containerStatuses": [{"name": "ray", "state": state}],
+        },
+    }
+
+
+def test_a_fresh_object_without_status_is_pending() -> None:
+    info = cluster_info(raycluster())
+    assert (info.phase, info.reason) == (
+        Phase.PENDING,
+        "waiting for the KubeRay operator to create the head",
+    )
+    assert (info.workers_desired, info.gpus, info.owner) == (2, 4, "alice")
+    assert info.endpoints.client is None
+
+
+def test_state_ready_alone_means_nothing() -> None:
+    # The deprecated, sticky .status.state: never read.
+    obj = raycluster(state="ready", observedGeneration=1)
+    assert derive_status(obj, [pod("head", ready=False)]).phase == Phase.STARTING
+
+
+def test_a_head_that_cannot_pull_its_image_is_failed() -> None:
+    obj = raycluster(**accepted(("HeadPodReady", "False")))
+    status = derive_status(obj, [pod("head", ready=False, waiting="ImagePullBackOff")])
+    assert status.phase == Phase.FAILED
+    assert status.reason == "head pod c-head-x: ImagePullBackOff: back-off pulling"
+
+
+def test_a_crashing_worker_degrades_a_running_cluster() -> None:
+    obj = raycluster(**accepted(("HeadPodReady", "True")))
+    pods = [pod("head"), pod("worker"), pod("worker", ready=False, waiting="CrashLoopBackOff")]
+    status = derive_status(obj, pods)
+    assert (status.phase, status.workers_ready, status.head_ready) == (Phase.DEGRADED, 1, True)
+    assert status.reason.startswith("worker pod c-worker-x: CrashLoopBackOff")
+
+
+def test_head_ready_needs_the_condition_and_a_ready_head_pod() -> None:
+    obj = raycluster(**accepted(("HeadPodReady", "True")))
+    assert derive_status(obj, [pod("head", ready=False)]).phase == Phase.STARTING
+    ready = derive_status(obj, [pod("head"), pod("worker"), pod("worker")])
+    assert (ready.phase, ready.workers_ready) == (Phase.READY, 2)
+
+
+def test_worker_replica_failure_leaves_the_cluster_degraded() -> None:
+    failure = {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreateWorkerPod",
+               "message": "exceeded quota"}  # fmt: skip
+    obj = raycluster(**accepted(("HeadPodReady", "True")))
+    obj["status"]["conditions"].append(failure)
+    status = derive_status(obj, [pod("head"), pod("worker")])
+    assert (status.phase, status.reason) == (
+        Phase.DEGRADED,
+        "FailedCreateWorkerPod: exceeded quota",
+    )
+
+
+def test_suspend_and_resume_transitions() -> None:
+    obj = raycluster(**accepted(("RayClusterSuspended", "True")))
+    obj["spec"]["suspend"] = True
+    assert derive_status(obj).reason == "suspended: no pods running"
+    obj["spec"]["suspend"] = False
+    assert (derive_status(obj).phase, derive_status(obj).reason) == (Phase.STARTING, "resuming")
+    obj = raycluster(**accepted(("HeadPodReady", "True")))
+    obj["spec"]["suspend"] = True
+    assert derive_status(obj, [pod("head")]).phase == Phase.SUSPENDED
+
+
+def test_an_old_validation_warning_stops_counting_once_accepted() -> None:
+    warning = {"type": "Warning", "reason": "InvalidRayClusterSpec", "message": "bad spec",
+               "lastTimestamp": "2026-01-01T00:00:01Z"}  # fmt: skip
+    refused = raycluster()
+    assert derive_status(refused, [], [warning]).phase == Phase.FAILED
+    fixed = raycluster(**accepted())
+    assert derive_status(fixed, [], [warning]).phase == Phase.PENDING
+
+
+def test_an_object_without_raylab_annotations_still_reads() -> None:
+    obj = raycluster(**accepted(("HeadPodReady", "True")))
+    obj["metadata"]["annotations"] = {}
+    info = cluster_info(obj, [pod("head"), pod("worker"), pod("worker")])
+    assert (info.spec.gpus, info.spec.workers, info.spec.gpu_type) == (4, 2, "a100")
+    assert info.owner == "alice"  # from the label
+    assert info.python_version is None
