@@ -8,10 +8,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_import
+import bench_ready_latency
 import bench_up
 from report import emit
 
-BENCHES = {"import": bench_import.run, "up": bench_up.run}
+BENCHES = {
+    "import": bench_import.run,
+    "up": bench_up.run,
+    "ready_latency": bench_ready_latency.run,
+}
 
 
 def main(names: list[str]) -> None:
