@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -23,6 +24,13 @@ from ..errors import RaylabError
 from ..model import ClusterInfo
 
 Message = dict[str, Any]
+
+
+def cluster_json(info: ClusterInfo) -> dict[str, Any]:
+    """A cluster as the REST API and the event stream show it."""
+    body = info.to_json()
+    body["dashboard_path"] = f"raylab/clusters/{info.name}/dashboard/"
+    return body
 
 
 @dataclass(eq=False)  # identity: each open stream is its own subscriber
@@ -37,6 +45,9 @@ class ClusterCache:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.log = log
         self.clusters: dict[str, ClusterInfo] = {}
+        # Each cluster's JSON, made once per change: a list of 1,000 clusters is then a
+        # join, not 1,000 serializations per request.
+        self.texts: dict[str, str] = {}
         self.error: str | None = None  # why the backend is unreachable, while it is
         self.synced = asyncio.Event()  # set once the first listing is in
         self._subscribers: set[Subscriber] = set()
@@ -64,6 +75,10 @@ class ClusterCache:
     def get(self, name: str) -> ClusterInfo | None:
         return self.clusters.get(name)
 
+    def list_text(self, visible: Callable[[ClusterInfo], bool]) -> str:
+        """The visible clusters as a JSON array, sorted by name."""
+        return "[" + ",".join(self.texts[c.name] for c in self.list(visible)) + "]"
+
     def subscribe(self, visible: Callable[[ClusterInfo], bool]) -> Subscriber:
         sub = Subscriber(asyncio.Queue(maxsize=10_000), visible)
         self._subscribers.add(sub)
@@ -88,7 +103,8 @@ class ClusterCache:
             self._hand_over(self._apply, ClusterEvent("DELETED", self.clusters[name]))
 
     def status(self) -> Message:
-        return {"type": "STATUS", "available": self.error is None, "error": self.error}
+        body = {"type": "STATUS", "available": self.error is None, "error": self.error}
+        return {**body, "text": json.dumps(body)}
 
     # --- the watch thread ---------------------------------------------------------
 
@@ -136,12 +152,14 @@ class ClusterCache:
         if event.type == "DELETED":
             if self.clusters.pop(info.name, None) is None:
                 return
+            text = self.texts.pop(info.name)
         else:
             if before == info:
                 return  # a re-list or resync that changed nothing
             self.clusters[info.name] = info
+            text = self.texts[info.name] = json.dumps(cluster_json(info))
         kind = event.type if event.type == "DELETED" or before else "ADDED"
-        message = {"type": kind, "cluster": info.to_json()}
+        message = {"type": kind, "text": f'{{"type": "{kind}", "cluster": {text}}}'}
         for sub in list(self._subscribers):
             if sub.visible(info):
                 _offer(sub, message)

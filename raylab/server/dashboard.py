@@ -20,7 +20,6 @@ from ..model import ClusterInfo
 from ..spec import validate_name
 from .cache import ClusterCache
 
-
 _JUPYTER_CREDENTIALS = ("Authorization", "Cookie", "X-XSRFToken")
 
 

@@ -14,7 +14,7 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 
 from .cache import Message
-from .handlers import RaylabHandler, cluster_json
+from .handlers import RaylabHandler
 
 KEEPALIVE_S = 15.0
 
@@ -31,8 +31,13 @@ class EventsHandler(RaylabHandler):
         sub = self.cache.subscribe(visible)
         try:
             await self.cache.wait_synced()
-            clusters = [cluster_json(c, self.is_admin) for c in self.cache.list(visible)]
-            await self._send({"type": "SNAPSHOT", "clusters": clusters, **_status(self)})
+            status = self.cache.status()
+            snapshot = (
+                f'{{"type": "SNAPSHOT", "clusters": {self.cache.list_text(visible)}, '
+                f'"available": {json.dumps(status["available"])}, '
+                f'"error": {json.dumps(status["error"])}}}'
+            )
+            await self._send({"type": "SNAPSHOT", "text": snapshot})
             while True:
                 try:
                     message = await asyncio.wait_for(sub.queue.get(), KEEPALIVE_S)
@@ -47,10 +52,5 @@ class EventsHandler(RaylabHandler):
             self.cache.unsubscribe(sub)
 
     async def _send(self, message: Message) -> None:
-        self.write(f"event: {message['type'].lower()}\ndata: {json.dumps(message)}\n\n")
+        self.write(f"event: {message['type'].lower()}\ndata: {message['text']}\n\n")
         await self.flush()
-
-
-def _status(handler: RaylabHandler) -> Message:
-    status = handler.cache.status()
-    return {"available": status["available"], "error": status["error"]}

@@ -20,7 +20,7 @@ from ..errors import NotFound, RaylabError, SpecError
 from ..model import ClusterInfo
 from ..service import ClusterService
 from ..spec import validate_name
-from .cache import ClusterCache
+from .cache import ClusterCache, cluster_json
 
 AUTH_RESOURCE = "raylab"
 MAX_BODY = 64 * 1024
@@ -109,12 +109,6 @@ class RaylabHandler(APIHandler):
         super()._handle_request_exception(e)
 
 
-def cluster_json(info: ClusterInfo, admin: bool) -> dict[str, Any]:
-    body = info.to_json()
-    body["dashboard_path"] = f"raylab/clusters/{info.name}/dashboard/"
-    return body
-
-
 class NotFoundHandler(RaylabHandler):
     """Any other path under raylab/: a JSON 404, like every raylab answer."""
 
@@ -130,13 +124,12 @@ class ClustersHandler(RaylabHandler):
     async def get(self) -> None:
         everyone = self.get_argument("all", "0") in ("1", "true")
         await self.cache.wait_synced()
-        clusters = self.cache.list(self.visible(everyone))
-        self.reply(
-            {
-                "clusters": [cluster_json(c, self.is_admin) for c in clusters],
-                "available": self.cache.error is None,
-                "error": self.cache.error,
-            }
+        clusters = self.cache.list_text(self.visible(everyone))
+        error = self.cache.error
+        self.set_header("Content-Type", "application/json")
+        self.finish(
+            f'{{"clusters": {clusters}, "available": {json.dumps(error is None)}, '
+            f'"error": {json.dumps(error)}}}'
         )
 
     @web.authenticated
@@ -145,7 +138,7 @@ class ClustersHandler(RaylabHandler):
         body = self.json_body()
         info, created = await self.blocking(self.service().create, body)
         await self.blocking(self.cache.refresh, info.name)
-        self.reply({"cluster": cluster_json(info, self.is_admin)}, 201 if created else 200)
+        self.reply({"cluster": cluster_json(info)}, 201 if created else 200)
 
 
 class ClusterHandler(RaylabHandler):
@@ -153,7 +146,7 @@ class ClusterHandler(RaylabHandler):
     @authorized
     async def get(self, name: str) -> None:
         await self.cache.wait_synced()
-        self.reply({"cluster": cluster_json(self.find(name), self.is_admin)})
+        self.reply({"cluster": cluster_json(self.find(name))})
 
     @web.authenticated
     @authorized
@@ -172,7 +165,7 @@ class ClusterHandler(RaylabHandler):
             info = await self.blocking(service.scale, name, body["workers"])
         assert info is not None
         await self.blocking(self.cache.refresh, name)
-        self.reply({"cluster": cluster_json(info, self.is_admin)})
+        self.reply({"cluster": cluster_json(info)})
 
     @web.authenticated
     @authorized
