@@ -64,12 +64,14 @@ class Server:
             JUPYTER_CONFIG_DIR=str(work / "config"),
             JUPYTER_DATA_DIR=str(work / "data"),
             JUPYTER_RUNTIME_DIR=str(work / "runtime"),
+            PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), *sys.path]),
         )
         self.log = open(work / "server.log", "w")  # noqa: SIM115 (closed in stop)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jupyter_server", f"--port={self.port}",
              "--ip=127.0.0.1", f"--IdentityProvider.token={self.token}", "--no-browser",
              "--allow-root", "--Raylab.max_clusters_per_user=100000",
+             "--ServerApp.identity_provider_class=hub_user.HubUser",
              "--ServerApp.jpserver_extensions={'raylab': True}"],
             env=env, stdout=self.log, stderr=subprocess.STDOUT,
         )  # fmt: skip
@@ -222,12 +224,18 @@ def measure(server: Server, plane: Any, admin: Any, namespace: str) -> list[Figu
         loop = asyncio.get_running_loop()
         for i in range(CHANGES):
             await asyncio.sleep(WINDOW_S / (CHANGES + 1))
-            patch = {"spec": {"workerGroupSpecs": [{"groupName": "gpu-workers",
-                                                   "replicas": 2 + i % 2}]}}  # fmt: skip
+            # A JSON patch (a list body): a merge patch would replace the whole list.
+            patch = [{"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas",
+                      "value": 2 + i % 2}]  # fmt: skip
             await loop.run_in_executor(
                 None,
                 lambda p=patch: patcher.patch_namespaced_custom_object(
-                    *RAY, namespace, "rayclusters", "load-0000", p
+                    *RAY,
+                    namespace,
+                    "rayclusters",
+                    "load-0000",
+                    p,
+                    _content_type="application/json-patch+json",
                 ),
             )
             changes.append(time.time())
@@ -238,8 +246,7 @@ def measure(server: Server, plane: Any, admin: Any, namespace: str) -> list[Figu
         return len(plane.audited_requests("alice", since=since))
 
     stream_requests = asyncio.run(streams_window())
-    # Kubernetes merges the worker-group list by position for custom objects: a patch
-    # replaces the list, so replicas alternate 2 and 3 and each change is visible.
+    # Replicas alternate 2 and 3, so each change is a visible change of the cluster.
     delays = []
     for per_stream in arrivals.values():
         for at in per_stream:
