@@ -9,6 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_import
 import bench_ready_latency
+import bench_server
 import bench_up
 from report import emit
 
@@ -16,6 +17,7 @@ BENCHES = {
     "import": bench_import.run,
     "up": bench_up.run,
     "ready_latency": bench_ready_latency.run,
+    "server": bench_server.run,
 }
 
 
