@@ -9,6 +9,8 @@ BIN    := $(VENV)/bin
 WHEEL  := dist/raylab-$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)-py3-none-any.whl
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
+# Browser tests use Debian's Chromium; never download one.
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 .PHONY: lab test lint typecheck pytest sysdeps harness bench clean

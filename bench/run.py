@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_import
 import bench_ready_latency
 import bench_server
+import bench_sidebar
 import bench_up
 from report import emit
 
@@ -18,6 +19,7 @@ BENCHES = {
     "up": bench_up.run,
     "ready_latency": bench_ready_latency.run,
     "server": bench_server.run,
+    "sidebar": bench_sidebar.run,
 }
 
 

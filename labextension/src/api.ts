@@ -16,7 +16,8 @@ export interface IErrorBody {
 
 /**
  * An error from the raylab REST API: the HTTP status plus the server's
- * `{"error": ..., "detail": ...}` body when there was one.
+ * `{"error": ..., "detail": ...}` body when there was one. For a 422 reply
+ * `detail` names the request field that was refused (e.g. `"gpus"`).
  */
 export class RaylabAPIError extends Error {
   constructor(
@@ -27,6 +28,33 @@ export class RaylabAPIError extends Error {
   ) {
     super(`${error} (HTTP ${status})`);
     this.name = 'RaylabAPIError';
+  }
+
+  /** The refused field of a 422 reply, if the server named one. */
+  get field(): string | null {
+    return this.status === 422 && typeof this.detail === 'string'
+      ? this.detail
+      : null;
+  }
+
+  /**
+   * The error a non-2xx response stands for (reads the body).
+   */
+  static async fromResponse(
+    url: string,
+    response: Response
+  ): Promise<RaylabAPIError> {
+    const text = await response.text().catch(() => '');
+    const body = text.length > 0 ? parseJSON(text) : undefined;
+    if (isErrorBody(body)) {
+      return new RaylabAPIError(url, response.status, body.error, body.detail);
+    }
+    return new RaylabAPIError(
+      url,
+      response.status,
+      response.statusText || 'Request failed',
+      text.length > 0 ? text.slice(0, 200) : undefined
+    );
   }
 }
 
@@ -47,9 +75,33 @@ function parseJSON(text: string): unknown {
 }
 
 /**
+ * One line for a user: the server's message (and hint) or the failure's.
+ */
+export function describeError(reason: unknown): string {
+  if (reason instanceof RaylabAPIError) {
+    if (reason.status === 404 && reason.error === 'Not Found') {
+      return 'the raylab server extension is not enabled on this Jupyter server (HTTP 404)';
+    }
+    const hint =
+      typeof reason.detail === 'string' && reason.status !== 422
+        ? ` (${reason.detail})`
+        : '';
+    return `${reason.error}${hint}`;
+  }
+  if (reason instanceof ServerConnection.NetworkError) {
+    return 'cannot reach the Jupyter server';
+  }
+  if (reason instanceof Error) {
+    return reason.message;
+  }
+  return String(reason);
+}
+
+/**
  * Call the raylab server extension.
  *
- * @param path - the endpoint below `<baseUrl>raylab/`, e.g. `'profiles'`
+ * @param path - the endpoint below `<baseUrl>raylab/`, e.g. `'profiles'`,
+ *   with a query string if any
  * @param init - the request options (method, body, ...)
  * @param settings - the server connection settings; defaults to the page's
  * @returns the decoded JSON reply (`undefined` for an empty body)
@@ -61,24 +113,26 @@ export async function requestAPI<T>(
   init: RequestInit = {},
   settings: ServerConnection.ISettings = ServerConnection.makeSettings()
 ): Promise<T> {
+  return (await requestAPIWithStatus<T>(path, init, settings)).body;
+}
+
+/**
+ * `requestAPI`, also returning the HTTP status (e.g. 201 created vs 200 existed).
+ */
+export async function requestAPIWithStatus<T>(
+  path: string,
+  init: RequestInit = {},
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): Promise<{ status: number; body: T }> {
   const url = URLExt.join(settings.baseUrl, API_NAMESPACE, path);
   // makeRequest adds the token and XSRF headers; it rejects only on a
   // network failure (ServerConnection.NetworkError).
   const response = await ServerConnection.makeRequest(url, init, settings);
+  if (!response.ok) {
+    throw await RaylabAPIError.fromResponse(url, response);
+  }
   const text = await response.text();
   const body = text.length > 0 ? parseJSON(text) : undefined;
-
-  if (!response.ok) {
-    if (isErrorBody(body)) {
-      throw new RaylabAPIError(url, response.status, body.error, body.detail);
-    }
-    throw new RaylabAPIError(
-      url,
-      response.status,
-      response.statusText || 'Request failed',
-      text.length > 0 ? text : undefined
-    );
-  }
   if (text.length > 0 && body === undefined) {
     throw new RaylabAPIError(
       url,
@@ -87,5 +141,5 @@ export async function requestAPI<T>(
       text.slice(0, 200)
     );
   }
-  return body as T;
+  return { status: response.status, body: body as T };
 }

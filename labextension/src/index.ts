@@ -1,41 +1,112 @@
 import {
+  ILayoutRestorer,
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
+import { ICommandPalette } from '@jupyterlab/apputils';
+import { INotebookTracker } from '@jupyterlab/notebook';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
 
-import { RaylabAPIError } from './api';
+import { DEFAULT_CONFIG, IRaylabConfig, IRaylabContext } from './actions';
+import { describeError } from './api';
+import { registerCommands } from './commands';
+import { ClusterListModel } from './model';
 import { fetchProfiles } from './profiles';
+import { ClusterSidebar } from './sidebar';
 
-function describeFailure(reason: unknown): string {
-  if (reason instanceof RaylabAPIError) {
-    return `${reason.message} from ${reason.url}`;
-  }
-  if (reason instanceof Error) {
-    return reason.message;
-  }
-  return String(reason);
+const PLUGIN_ID = 'raylab:plugin';
+
+function readConfig(settings: ISettingRegistry.ISettings): IRaylabConfig {
+  const c = settings.composite as Partial<IRaylabConfig>;
+  return {
+    defaultGpuType:
+      typeof c.defaultGpuType === 'string'
+        ? c.defaultGpuType
+        : DEFAULT_CONFIG.defaultGpuType,
+    confirmDelete:
+      typeof c.confirmDelete === 'boolean'
+        ? c.confirmDelete
+        : DEFAULT_CONFIG.confirmDelete,
+    logTail: typeof c.logTail === 'number' ? c.logTail : DEFAULT_CONFIG.logTail,
+    showAllByDefault:
+      typeof c.showAllByDefault === 'boolean'
+        ? c.showAllByDefault
+        : DEFAULT_CONFIG.showAllByDefault
+  };
 }
 
 /**
- * The raylab frontend plugin. For now it checks that the raylab server
- * extension answers; the sidebar builds on the same REST client.
+ * The raylab frontend: the "Ray clusters" sidebar, live from the server's
+ * event stream, and the commands behind its buttons.
  */
 const plugin: JupyterFrontEndPlugin<void> = {
-  id: 'raylab:plugin',
+  id: PLUGIN_ID,
   description: 'Ray clusters with GPUs from JupyterLab.',
   autoStart: true,
-  activate: (app: JupyterFrontEnd): void => {
-    // Never let a missing or failing server extension break activation:
-    // the request runs detached and every failure ends in a warning.
-    fetchProfiles(app.serviceManager.serverSettings)
-      .then(reply => {
+  optional: [
+    ICommandPalette,
+    ILayoutRestorer,
+    INotebookTracker,
+    ISettingRegistry
+  ],
+  activate: (
+    app: JupyterFrontEnd,
+    palette: ICommandPalette | null,
+    restorer: ILayoutRestorer | null,
+    notebooks: INotebookTracker | null,
+    registry: ISettingRegistry | null
+  ): void => {
+    const serverSettings = app.serviceManager.serverSettings;
+    const model = new ClusterListModel({ serverSettings });
+    const ctx: IRaylabContext = {
+      app,
+      model,
+      serverSettings,
+      notebooks,
+      config: { ...DEFAULT_CONFIG }
+    };
+    const sidebar = new ClusterSidebar(model, app.commands);
+    app.shell.add(sidebar, 'left', { rank: 750, type: 'Ray clusters' });
+    restorer?.add(sidebar, sidebar.id);
+    registerCommands(ctx, sidebar, palette);
+    model.start();
+
+    // Never let a missing or failing server extension break activation: the
+    // sidebar's banner says what is wrong with the event stream.
+    const profiles = fetchProfiles(serverSettings).then(
+      reply => {
         console.log(`raylab: ${reply.gpu_types.length} GPU profiles`);
-      })
-      .catch((reason: unknown) => {
+        sidebar.user = reply.user;
+        return reply;
+      },
+      (reason: unknown) => {
         console.warn(
-          `raylab: could not load GPU profiles (is the raylab server extension enabled?): ${describeFailure(reason)}`
+          `raylab: could not load GPU profiles: ${describeError(reason)}`
         );
-      });
+        return null;
+      }
+    );
+
+    if (registry) {
+      registry
+        .load(PLUGIN_ID)
+        .then(async settings => {
+          const apply = (): void => {
+            ctx.config = readConfig(settings);
+          };
+          apply();
+          settings.changed.connect(apply);
+          const reply = await profiles;
+          if (reply?.user.admin && ctx.config.showAllByDefault) {
+            model.setShowAll(true);
+          }
+        })
+        .catch((reason: unknown) => {
+          console.warn(
+            `raylab: could not load settings: ${describeError(reason)}`
+          );
+        });
+    }
   }
 };
 

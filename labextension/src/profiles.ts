@@ -29,12 +29,24 @@ export interface IProfileDefaults {
 }
 
 /**
- * The per-user limits the admin set.
+ * The per-user limits the admin set, and how much of them the caller uses.
  */
 export interface IQuota {
-  max_gpus_per_user: number | null;
-  max_clusters_per_user: number | null;
-  max_workers_per_cluster: number | null;
+  max_gpus_per_user: number;
+  max_clusters_per_user: number;
+  max_workers_per_cluster: number;
+  gpus_used: number;
+  clusters_used: number;
+  gpus_left: number;
+  clusters_left: number;
+}
+
+/**
+ * Who the server says the caller is.
+ */
+export interface IUser {
+  name: string;
+  admin: boolean;
 }
 
 /**
@@ -45,6 +57,7 @@ export interface IProfilesReply {
   defaults: IProfileDefaults;
   backend: string;
   quota: IQuota;
+  user: IUser;
 }
 
 /**

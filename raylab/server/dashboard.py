@@ -19,6 +19,7 @@ from ..errors import SpecError
 from ..model import ClusterInfo
 from ..spec import validate_name
 from .cache import ClusterCache
+from .handlers import owner_name
 
 _JUPYTER_CREDENTIALS = ("Authorization", "Cookie", "X-XSRFToken")
 
@@ -36,7 +37,7 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
         cache.ensure_started()
         await cache.wait_synced()
         info: ClusterInfo | None = cache.get(name)
-        user = self.current_user.username
+        user = owner_name(self)
         admin = user in settings.options.admin_users
         if info is None or not (admin or info.owner == user):
             raise web.HTTPError(404, f"no cluster named {name!r}")

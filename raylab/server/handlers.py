@@ -12,19 +12,37 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from jupyter_server.auth.decorator import authorized
+from jupyter_server.auth.identity import IdentityProvider, PasswordIdentityProvider
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
 from ..config import Settings
 from ..errors import NotFound, RaylabError, SpecError
 from ..model import ClusterInfo
-from ..service import ClusterService
+from ..service import ClusterService, current_user
 from ..spec import validate_name
 from .cache import ClusterCache, cluster_json
 
 AUTH_RESOURCE = "raylab"
 MAX_BODY = 64 * 1024
 T = TypeVar("T")
+
+
+# jupyter_server's own providers: one person's server, whose browser sessions get made-up
+# "Anonymous" names. JupyterHub's provider (and any other) names real users.
+_SINGLE_USER_PROVIDERS = (IdentityProvider, PasswordIdentityProvider)
+
+
+def owner_name(handler: Any) -> str:
+    """Who owns what this request creates and sees.
+
+    On JupyterHub: the hub user. In a plain single-user `jupyter lab`: the same name the
+    kernel's magics and the CLI use (the OS user), so that clusters made in a notebook
+    show in the sidebar and the other way round.
+    """
+    if type(handler.identity_provider) in _SINGLE_USER_PROVIDERS:
+        return current_user()
+    return str(handler.current_user.username)
 
 
 class RaylabHandler(APIHandler):
@@ -43,7 +61,7 @@ class RaylabHandler(APIHandler):
 
     @property
     def username(self) -> str:
-        return str(self.current_user.username)
+        return owner_name(self)
 
     @property
     def is_admin(self) -> bool:

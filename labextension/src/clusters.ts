@@ -1,0 +1,160 @@
+import { ServerConnection } from '@jupyterlab/services';
+
+import { requestAPI, requestAPIWithStatus } from './api';
+
+/**
+ * The lifecycle phases of a cluster (`raylab/model.py`, `Phase`).
+ */
+export type Phase =
+  | 'Pending'
+  | 'Starting'
+  | 'Ready'
+  | 'Degraded'
+  | 'Suspended'
+  | 'Failed'
+  | 'Deleting';
+
+/**
+ * What was asked for (`raylab/spec.py`, `ClusterSpec`).
+ */
+export interface IClusterSpec {
+  name: string;
+  gpus: number;
+  gpu_type: string;
+  workers: number;
+  cpus: string;
+  memory: string;
+  image: string | null;
+  min_workers: number | null;
+  max_workers: number | null;
+  idle_timeout_minutes: number | null;
+}
+
+/**
+ * One cluster as the server reports it (`ClusterInfo.to_json`).
+ */
+export interface ICluster {
+  name: string;
+  owner: string;
+  backend: string;
+  phase: Phase;
+  reason: string;
+  head_ready: boolean;
+  workers_ready: number;
+  workers_desired: number;
+  /** Epoch seconds. */
+  created: number;
+  endpoints: { client: string | null; dashboard: string | null };
+  namespace: string | null;
+  ray_version: string | null;
+  python_version: string | null;
+  logical_gpus: boolean;
+  spec: IClusterSpec;
+  gpus: number;
+  gpu_type: string;
+  /** Below the server's base URL; absent in live events. */
+  dashboard_path?: string;
+}
+
+/**
+ * The body of `POST clusters`: every field is optional, the server fills in
+ * the profile's defaults. Numbers the user typed badly are sent as typed so
+ * the server names the field in its 422 reply.
+ */
+export interface ICreateRequest {
+  name?: string;
+  gpus?: number | string;
+  gpu_type?: string;
+  workers?: number | string;
+  cpus?: string;
+  memory?: string;
+  image?: string;
+  min_workers?: number | string;
+  max_workers?: number | string;
+}
+
+/**
+ * The reply of `GET clusters`.
+ */
+export interface IClusterList {
+  clusters: ICluster[];
+  available: boolean;
+  error: string | null;
+}
+
+function clusterPath(name: string, ...rest: string[]): string {
+  return ['clusters', encodeURIComponent(name), ...rest].join('/');
+}
+
+export async function listClusters(
+  all: boolean,
+  settings?: ServerConnection.ISettings
+): Promise<IClusterList> {
+  return requestAPI<IClusterList>(
+    all ? 'clusters?all=1' : 'clusters',
+    { method: 'GET' },
+    settings
+  );
+}
+
+/**
+ * Create a cluster. `created` is false when the caller already had a cluster
+ * of that name (the server then returns it, with HTTP 200).
+ */
+export async function createCluster(
+  body: ICreateRequest,
+  settings?: ServerConnection.ISettings
+): Promise<{ cluster: ICluster; created: boolean }> {
+  const reply = await requestAPIWithStatus<{ cluster: ICluster }>(
+    'clusters',
+    { method: 'POST', body: JSON.stringify(body) },
+    settings
+  );
+  return { cluster: reply.body.cluster, created: reply.status === 201 };
+}
+
+export async function patchCluster(
+  name: string,
+  body: { workers: number | string } | { suspend: boolean },
+  settings?: ServerConnection.ISettings
+): Promise<ICluster> {
+  const reply = await requestAPI<{ cluster: ICluster }>(
+    clusterPath(name),
+    { method: 'PATCH', body: JSON.stringify(body) },
+    settings
+  );
+  return reply.cluster;
+}
+
+export async function deleteCluster(
+  name: string,
+  settings?: ServerConnection.ISettings
+): Promise<void> {
+  await requestAPI<undefined>(
+    clusterPath(name),
+    { method: 'DELETE' },
+    settings
+  );
+}
+
+export async function fetchLogs(
+  name: string,
+  tail: number,
+  settings?: ServerConnection.ISettings
+): Promise<string> {
+  const reply = await requestAPI<{ name: string; logs: string }>(
+    `${clusterPath(name, 'logs')}?tail=${tail}`,
+    { method: 'GET' },
+    settings
+  );
+  return reply.logs;
+}
+
+/**
+ * The path of the cluster's proxied Ray dashboard, below the server's base URL.
+ */
+export function dashboardPath(cluster: ICluster): string {
+  return (
+    cluster.dashboard_path ?? `raylab/${clusterPath(cluster.name)}/dashboard/`
+  );
+}

@@ -1,0 +1,15 @@
+/** The command ids of raylab (command palette, sidebar buttons). */
+export namespace CommandIDs {
+  export const open = 'raylab:open';
+  export const create = 'raylab:new-cluster';
+  export const connect = 'raylab:connect-notebook';
+  export const copyCode = 'raylab:copy-connect-code';
+  export const dashboard = 'raylab:open-dashboard';
+  export const logs = 'raylab:show-logs';
+  export const scale = 'raylab:scale';
+  export const suspend = 'raylab:suspend';
+  export const resume = 'raylab:resume';
+  export const remove = 'raylab:delete';
+  export const reconnect = 'raylab:reconnect';
+  export const toggleAll = 'raylab:toggle-all-users';
+}

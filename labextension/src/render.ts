@@ -1,0 +1,100 @@
+/**
+ * Words for clusters, the same as `raylab/render.py` uses in the magics, the
+ * CLI and the notebook status card: "Pending — reason", "2 × a100 (logical)",
+ * "1/2 ready", "4 CPU · 16Gi memory", kubectl-style ages.
+ */
+import type { ICluster, Phase } from './clusters';
+
+export function phaseText(cluster: ICluster): string {
+  return cluster.reason
+    ? `${cluster.phase} — ${cluster.reason}`
+    : String(cluster.phase);
+}
+
+export function gpusText(cluster: ICluster): string {
+  if (!cluster.spec.gpus) {
+    return 'none';
+  }
+  const text = `${cluster.gpus} × ${cluster.spec.gpu_type}`;
+  return cluster.logical_gpus ? `${text} (logical)` : text;
+}
+
+export function workersText(cluster: ICluster): string {
+  return `${cluster.workers_ready}/${cluster.workers_desired}`;
+}
+
+export function perWorkerText(cluster: ICluster): string {
+  return `${cluster.spec.cpus} CPU · ${cluster.spec.memory} memory`;
+}
+
+/** kubectl-style ages: 42s, 7m, 3h, 5d (`raylab.model.format_age`). */
+export function formatAge(seconds: number): string {
+  const s = Math.max(0, Math.floor(seconds));
+  if (s < 120) {
+    return `${s}s`;
+  }
+  if (s < 2 * 3600) {
+    return `${Math.floor(s / 60)}m`;
+  }
+  if (s < 2 * 86400) {
+    return `${Math.floor(s / 3600)}h`;
+  }
+  return `${Math.floor(s / 86400)}d`;
+}
+
+/**
+ * The card's rows, in the order and wording of `render.card_fields`.
+ *
+ * @param nowS - the current time in epoch seconds
+ */
+export function cardFields(
+  cluster: ICluster,
+  nowS: number,
+  withOwner = false
+): [string, string][] {
+  const fields: [string, string][] = [
+    ['Workers', `${workersText(cluster)} ready`],
+    ['GPUs', gpusText(cluster)],
+    ['Per worker', perWorkerText(cluster)],
+    ['Age', formatAge(nowS - cluster.created)]
+  ];
+  if (cluster.spec.max_workers !== null) {
+    fields.splice(1, 0, [
+      'Autoscaling',
+      `${cluster.spec.min_workers ?? 0}–${cluster.spec.max_workers} workers`
+    ]);
+  }
+  if (withOwner) {
+    fields.push(['Owner', cluster.owner]);
+  }
+  if (cluster.ray_version) {
+    fields.push([
+      'Ray',
+      `${cluster.ray_version} · Python ${cluster.python_version ?? '?'}`
+    ]);
+  }
+  return fields;
+}
+
+/** What to type in another notebook to use this cluster (`render.connect_code`). */
+export function connectCode(cluster: ICluster): string {
+  return (
+    `%load_ext raylab\n%raycluster connect ${cluster.name}\n` +
+    `# or: ray.init("${cluster.endpoints.client}")`
+  );
+}
+
+/** Phases in which the cluster runs processes (or pods) that can be suspended. */
+export function canSuspend(phase: Phase): boolean {
+  return phase !== 'Suspended' && phase !== 'Deleting';
+}
+
+/** Phases in which a Ray Client connection can succeed. */
+export function canConnect(cluster: ICluster): boolean {
+  return (
+    cluster.head_ready &&
+    cluster.phase !== 'Suspended' &&
+    cluster.phase !== 'Failed' &&
+    cluster.phase !== 'Deleting'
+  );
+}

@@ -1,0 +1,440 @@
+import { CommandRegistry } from '@lumino/commands';
+import {
+  LabIcon,
+  ReactWidget,
+  addIcon,
+  copyIcon,
+  deleteIcon,
+  launchIcon,
+  listIcon,
+  pauseIcon,
+  refreshIcon,
+  runIcon,
+  tableRowsIcon
+} from '@jupyterlab/ui-components';
+import React from 'react';
+
+import { ICluster, Phase } from './clusters';
+import { useNow } from './clock';
+import { CommandIDs } from './commandIds';
+import { rayClusterIcon } from './icons';
+import { ClusterListModel, IClusterListState } from './model';
+import { IUser } from './profiles';
+import {
+  canConnect,
+  canSuspend,
+  formatAge,
+  gpusText,
+  perWorkerText,
+  phaseText,
+  workersText
+} from './render';
+
+type Run = (command: string, name?: string) => Promise<void>;
+
+const PHASE_CLASS: Record<Phase, string> = {
+  Pending: 'jp-raylab-phase-pending',
+  Starting: 'jp-raylab-phase-starting',
+  Ready: 'jp-raylab-phase-ready',
+  Degraded: 'jp-raylab-phase-degraded',
+  Suspended: 'jp-raylab-phase-suspended',
+  Failed: 'jp-raylab-phase-failed',
+  Deleting: 'jp-raylab-phase-deleting'
+};
+
+function Age(props: { created: number }): React.ReactElement {
+  const now = useNow(5000);
+  return <>{formatAge(now / 1000 - props.created)}</>;
+}
+
+/**
+ * An icon as inline SVG. Lighter than `LabIcon.react` (no hook, no
+ * per-render style class), which matters at 200 cards × 7 buttons.
+ */
+function Icon(props: { icon: LabIcon }): React.ReactElement {
+  return (
+    <span
+      className="jp-raylab-icon"
+      aria-hidden="true"
+      dangerouslySetInnerHTML={{ __html: props.icon.svgstr }}
+    />
+  );
+}
+
+function IconButton(props: {
+  icon: LabIcon;
+  label: string;
+  onClick: () => void;
+  disabled?: boolean;
+  className?: string;
+}): React.ReactElement {
+  return (
+    <button
+      type="button"
+      className={`jp-Button jp-mod-minimal jp-raylab-icon-button ${props.className ?? ''}`}
+      title={props.label}
+      aria-label={props.label}
+      disabled={props.disabled}
+      onClick={props.onClick}
+    >
+      <Icon icon={props.icon} />
+    </button>
+  );
+}
+
+interface ICardProps {
+  cluster: ICluster;
+  showOwner: boolean;
+  stale: boolean;
+  run: Run;
+}
+
+/**
+ * One cluster: the fields and wording of the notebook status card
+ * (`raylab/render.py`), and its actions.
+ */
+function ClusterCardView(props: ICardProps): React.ReactElement {
+  const { cluster: c, run } = props;
+  const [busy, setBusy] = React.useState<string | null>(null);
+  const act = (command: string, label: string) => (): void => {
+    setBusy(label);
+    void run(command, c.name).finally(() => setBusy(null));
+  };
+  const deleting = c.phase === 'Deleting';
+  const connectable = canConnect(c);
+  const phase = phaseText(c);
+  const titleId = `jp-raylab-card-${c.name}`;
+  return (
+    <li
+      className={`jp-raylab-card${props.stale ? ' jp-raylab-mod-stale' : ''}`}
+      data-cluster={c.name}
+      data-phase={c.phase}
+      aria-labelledby={titleId}
+    >
+      <div className="jp-raylab-card-header">
+        <span id={titleId} className="jp-raylab-card-name">
+          {c.name}
+        </span>
+        <span
+          className={`jp-raylab-phase ${PHASE_CLASS[c.phase] ?? ''}`}
+          title={phase}
+        >
+          {c.phase}
+        </span>
+      </div>
+      {c.reason && (
+        <div className="jp-raylab-card-reason" title={phase}>
+          {c.reason}
+        </div>
+      )}
+      <dl className="jp-raylab-card-fields">
+        <dt>Workers</dt>
+        <dd>{workersText(c)} ready</dd>
+        {c.spec.max_workers !== null && (
+          <>
+            <dt>Autoscaling</dt>
+            <dd>
+              {c.spec.min_workers ?? 0}–{c.spec.max_workers} workers
+            </dd>
+          </>
+        )}
+        <dt>GPUs</dt>
+        <dd>{gpusText(c)}</dd>
+        <dt>Per worker</dt>
+        <dd>{perWorkerText(c)}</dd>
+        <dt>Age</dt>
+        <dd>
+          <Age created={c.created} />
+        </dd>
+        {props.showOwner && (
+          <>
+            <dt>Owner</dt>
+            <dd>{c.owner}</dd>
+          </>
+        )}
+        {c.ray_version && (
+          <>
+            <dt>Ray</dt>
+            <dd>
+              {c.ray_version} · Python {c.python_version ?? '?'}
+            </dd>
+          </>
+        )}
+      </dl>
+      <div
+        className="jp-raylab-card-actions"
+        role="group"
+        aria-label={`Actions for ${c.name}`}
+      >
+        <div className="jp-raylab-card-primary">
+          <button
+            type="button"
+            className="jp-Button jp-mod-styled jp-mod-accept jp-raylab-connect"
+            disabled={!connectable || busy !== null}
+            title={
+              connectable
+                ? `Connect the active notebook's kernel to ${c.name}`
+                : `${c.name} is ${c.phase}; connect once its head is ready`
+            }
+            aria-label={`Connect notebook to ${c.name}`}
+            onClick={act(CommandIDs.connect, 'Connecting…')}
+          >
+            {busy ?? 'Connect to notebook'}
+          </button>
+          <IconButton
+            icon={copyIcon}
+            label={`Copy code that connects to ${c.name}`}
+            onClick={act(CommandIDs.copyCode, 'Copying…')}
+          />
+        </div>
+        <div className="jp-raylab-card-secondary">
+          <IconButton
+            icon={launchIcon}
+            label={`Open the Ray dashboard of ${c.name}`}
+            disabled={!c.head_ready}
+            onClick={act(CommandIDs.dashboard, 'Opening…')}
+          />
+          <IconButton
+            icon={listIcon}
+            label={`Show the log of ${c.name}`}
+            onClick={act(CommandIDs.logs, 'Opening…')}
+          />
+          <IconButton
+            icon={tableRowsIcon}
+            label={`Scale ${c.name}`}
+            disabled={deleting || busy !== null}
+            onClick={act(CommandIDs.scale, 'Scaling…')}
+          />
+          {canSuspend(c.phase) ? (
+            <IconButton
+              icon={pauseIcon}
+              label={`Suspend ${c.name}`}
+              disabled={busy !== null}
+              onClick={act(CommandIDs.suspend, 'Suspending…')}
+            />
+          ) : (
+            <IconButton
+              icon={runIcon}
+              label={`Resume ${c.name}`}
+              disabled={deleting || busy !== null}
+              onClick={act(CommandIDs.resume, 'Resuming…')}
+            />
+          )}
+          <IconButton
+            icon={deleteIcon}
+            label={`Delete ${c.name}`}
+            className="jp-raylab-delete"
+            disabled={deleting || busy !== null}
+            onClick={act(CommandIDs.remove, 'Deleting…')}
+          />
+        </div>
+      </div>
+    </li>
+  );
+}
+
+export const ClusterCard = React.memo(ClusterCardView);
+
+function RetryCountdown(props: { at: number }): React.ReactElement {
+  const now = useNow(1000);
+  const s = Math.max(0, Math.ceil((props.at - now) / 1000));
+  return <>{s > 0 ? `Retrying in ${s} s.` : 'Retrying…'}</>;
+}
+
+function Banners(props: {
+  state: IClusterListState;
+  run: Run;
+}): React.ReactElement | null {
+  const { state } = props;
+  const banners: React.ReactElement[] = [];
+  if (state.stream === 'retrying') {
+    banners.push(
+      <div
+        key="server"
+        className="jp-raylab-banner jp-raylab-banner-error"
+        role="alert"
+      >
+        <div>
+          <strong>No live connection to the Jupyter server</strong>:{' '}
+          {state.serverError}.{' '}
+          {state.retryAt !== null && <RetryCountdown at={state.retryAt} />}
+          {state.loaded && ' The list shows the last known state.'}
+        </div>
+        <button
+          type="button"
+          className="jp-Button jp-mod-styled jp-mod-reject"
+          onClick={() => void props.run(CommandIDs.reconnect)}
+        >
+          Retry now
+        </button>
+      </div>
+    );
+  }
+  if (!state.backendAvailable) {
+    banners.push(
+      <div
+        key="backend"
+        className="jp-raylab-banner jp-raylab-banner-warn"
+        role="alert"
+      >
+        <div>
+          <strong>The cluster backend is unreachable</strong>:{' '}
+          {state.backendError ?? 'no reason given'}. The list shows the last
+          known state and updates again by itself when the backend is back.
+        </div>
+      </div>
+    );
+  }
+  return banners.length ? (
+    <div className="jp-raylab-banners">{banners}</div>
+  ) : null;
+}
+
+function EmptyState(props: { run: Run; showAll: boolean }): React.ReactElement {
+  return (
+    <div className="jp-raylab-empty">
+      <p>
+        {props.showAll
+          ? 'Nobody has a Ray cluster.'
+          : 'You have no Ray clusters.'}
+      </p>
+      <p>
+        Create one here, or run <code>%raycluster up</code> in a notebook:
+        clusters made anywhere show up in this panel.
+      </p>
+      <button
+        type="button"
+        className="jp-Button jp-mod-styled jp-mod-accept"
+        onClick={() => void props.run(CommandIDs.create)}
+      >
+        New cluster
+      </button>
+    </div>
+  );
+}
+
+function ClusterPanel(props: {
+  model: ClusterListModel;
+  user: IUser | null;
+  run: Run;
+}): React.ReactElement {
+  const { model, run, user } = props;
+  const state = React.useSyncExternalStore(
+    React.useCallback(
+      (notify: () => void) => {
+        model.changed.connect(notify);
+        return () => {
+          model.changed.disconnect(notify);
+        };
+      },
+      [model]
+    ),
+    () => model.state
+  );
+  const stale = state.stream !== 'open';
+  const showOwner = state.showAll;
+  return (
+    <div className="jp-raylab-panel">
+      <header className="jp-raylab-header">
+        <h2 className="jp-raylab-title">Ray clusters</h2>
+        <button
+          type="button"
+          className="jp-Button jp-mod-minimal jp-raylab-new"
+          title="Create a Ray cluster"
+          aria-label="New cluster"
+          onClick={() => void run(CommandIDs.create)}
+        >
+          <Icon icon={addIcon} /> New
+        </button>
+        <IconButton
+          icon={refreshIcon}
+          label="Reconnect the live cluster list"
+          onClick={() => void run(CommandIDs.reconnect)}
+        />
+      </header>
+      {user?.admin && (
+        <div
+          className="jp-raylab-scope"
+          role="radiogroup"
+          aria-label="Whose clusters"
+        >
+          {[false, true].map(all => (
+            <label key={String(all)}>
+              <input
+                type="radio"
+                name="jp-raylab-scope"
+                checked={state.showAll === all}
+                onChange={() => model.setShowAll(all)}
+              />{' '}
+              {all ? 'All users' : 'Mine'}
+            </label>
+          ))}
+        </div>
+      )}
+      <Banners state={state} run={run} />
+      {!state.loaded ? (
+        state.stream === 'connecting' ? (
+          <div className="jp-raylab-loading" aria-live="polite">
+            Loading clusters…
+          </div>
+        ) : null
+      ) : state.clusters.length === 0 ? (
+        <EmptyState run={run} showAll={state.showAll} />
+      ) : (
+        <ul
+          className="jp-raylab-cards"
+          aria-label={
+            stale ? 'Ray clusters (last known state)' : 'Ray clusters'
+          }
+        >
+          {state.clusters.map(c => (
+            <ClusterCard
+              key={c.name}
+              cluster={c}
+              showOwner={showOwner}
+              stale={stale}
+              run={run}
+            />
+          ))}
+        </ul>
+      )}
+    </div>
+  );
+}
+
+/**
+ * The "Ray clusters" sidebar.
+ */
+export class ClusterSidebar extends ReactWidget {
+  constructor(
+    readonly model: ClusterListModel,
+    private readonly _commands: CommandRegistry
+  ) {
+    super();
+    this.id = 'raylab-clusters';
+    this.addClass('jp-raylab-root');
+    this.addClass('jp-raylab-sidebar');
+    this.title.icon = rayClusterIcon;
+    this.title.caption = 'Ray clusters';
+  }
+
+  /** Who the server says the user is (admins get the mine/all toggle). */
+  get user(): IUser | null {
+    return this._user;
+  }
+  set user(user: IUser | null) {
+    this._user = user;
+    this.update();
+  }
+
+  protected render(): React.ReactElement {
+    return (
+      <ClusterPanel model={this.model} user={this._user} run={this._run} />
+    );
+  }
+
+  private _run: Run = async (command, name) => {
+    await this._commands.execute(command, name === undefined ? {} : { name });
+  };
+  private _user: IUser | null = null;
+}

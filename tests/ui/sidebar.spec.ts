@@ -1,0 +1,292 @@
+/**
+ * The "Ray clusters" sidebar in a real JupyterLab, real Chromium, real Ray
+ * (local backend). Serial: the tests share one server and its state folder.
+ */
+import * as path from 'path';
+
+import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
+import { Locator } from '@playwright/test';
+
+test.describe.configure({ mode: 'serial' });
+
+// A cluster is Ready in ~20 s on an idle 2-core machine; allow for a busy one.
+const READY_TIMEOUT = Number(process.env.RAYLAB_UI_READY_TIMEOUT_MS ?? 180_000);
+// Screenshots for the README go to docs/images when RAYLAB_SCREENSHOTS says so
+// (so that a test run leaves the work tree clean); else next to the results.
+const SHOTS =
+  process.env.RAYLAB_SCREENSHOTS ??
+  path.resolve(__dirname, '../../test-results/ui/screenshots');
+
+function shot(name: string): string {
+  return path.join(SHOTS, name);
+}
+
+async function openSidebar(page: IJupyterLabPageFixture): Promise<Locator> {
+  const panel = page.locator('#raylab-clusters');
+  if (!(await panel.isVisible())) {
+    await page.locator('.jp-SideBar [data-id="raylab-clusters"]').click();
+  }
+  await expect(panel).toBeVisible();
+  return panel;
+}
+
+function card(page: IJupyterLabPageFixture, name: string): Locator {
+  return page.locator(
+    `#raylab-clusters li.jp-raylab-card[data-cluster="${name}"]`
+  );
+}
+
+async function openNewClusterDialog(
+  page: IJupyterLabPageFixture
+): Promise<Locator> {
+  const panel = await openSidebar(page);
+  await panel.getByRole('button', { name: 'New cluster' }).first().click();
+  const dialog = page.locator('.jp-Dialog-content');
+  await expect(dialog.getByText('New Ray cluster')).toBeVisible();
+  await expect(dialog.locator('.jp-raylab-quota')).toContainText('Your quota');
+  return dialog;
+}
+
+async function fill(
+  dialog: Locator,
+  field: string,
+  value: string
+): Promise<void> {
+  await dialog.locator(`#jp-raylab-new-${field}`).fill(value);
+}
+
+async function deleteFromCard(
+  page: IJupyterLabPageFixture,
+  name: string
+): Promise<void> {
+  await card(page, name)
+    .getByRole('button', { name: `Delete ${name}` })
+    .click();
+  const confirm = page.locator('.jp-Dialog-content');
+  await expect(confirm).toContainText(`Delete cluster ${name}?`);
+  await confirm.getByRole('button', { name: `Delete cluster ${name}` }).click();
+  await expect(card(page, name)).toHaveCount(0, { timeout: 60_000 });
+}
+
+test('empty state, and the server refusals shown next to their field', async ({
+  page
+}) => {
+  const panel = await openSidebar(page);
+  await expect(panel.locator('.jp-raylab-empty')).toContainText(
+    'You have no Ray clusters'
+  );
+
+  // The command palette lists the same actions.
+  await page.keyboard.press('Control+Shift+C');
+  const palette = page.locator('#command-palette');
+  await palette.locator('input').fill('Ray cluster');
+  await expect(palette.getByText('New Ray Cluster…')).toBeVisible();
+  await expect(palette.getByText('Delete Ray Cluster…')).toBeVisible();
+  await page.keyboard.press('Escape');
+
+  const dialog = await openNewClusterDialog(page);
+  // The server runs with max_gpus_per_user = 2.
+  await expect(dialog.locator('.jp-raylab-quota')).toContainText(
+    '2 of 2 GPUs left'
+  );
+  await dialog.locator('#jp-raylab-new-gpu_type').selectOption('a100');
+  await fill(dialog, 'gpus', '4');
+  await fill(dialog, 'workers', '1');
+  await dialog.getByRole('button', { name: 'Create the cluster' }).click();
+  const gpusField = dialog.locator('.jp-raylab-field[data-field="gpus"]');
+  await expect(gpusField.locator('.jp-raylab-field-error')).toHaveText(
+    /4 GPUs requested, quota is 2 and 0 are in use/
+  );
+  await expect(dialog.locator('#jp-raylab-new-gpus')).toHaveAttribute(
+    'aria-invalid',
+    'true'
+  );
+
+  // A validation error (422) names its field: the name.
+  await fill(dialog, 'gpus', '2');
+  await fill(dialog, 'name', 'Bad_Name');
+  await dialog.getByRole('button', { name: 'Create the cluster' }).click();
+  await expect(
+    dialog.locator('.jp-raylab-field[data-field="name"] .jp-raylab-field-error')
+  ).toContainText('is not a valid name');
+  // Uneven split: 3 GPUs over 2 workers.
+  await fill(dialog, 'name', '');
+  await fill(dialog, 'gpus', '3');
+  await fill(dialog, 'workers', '2');
+  await dialog.getByRole('button', { name: 'Create the cluster' }).click();
+  await expect(
+    dialog.locator('.jp-raylab-field[data-field="gpus"] .jp-raylab-field-error')
+  ).toContainText('cannot be split evenly across 2 workers');
+  await fill(dialog, 'gpus', '4');
+  await fill(dialog, 'workers', '1');
+  await dialog.getByRole('button', { name: 'Create the cluster' }).click();
+  await expect(gpusField.locator('.jp-raylab-field-error')).toBeVisible();
+  await dialog.screenshot({ path: shot('new-cluster-dialog.png') });
+  await dialog.getByRole('button', { name: 'Cancel' }).click();
+  await expect(page.locator('.jp-Dialog')).toHaveCount(0);
+  await expect(panel.locator('.jp-raylab-card')).toHaveCount(0);
+});
+
+test('a failing event stream is a banner, and recovers', async ({ page }) => {
+  // The server's event stream fails (as when the server extension errors);
+  // the route is Playwright's, the sidebar and the rest of the server are real.
+  const events = '**/raylab/events*';
+  await page.route(events, route =>
+    route.fulfill({
+      status: 500,
+      contentType: 'application/json',
+      body: JSON.stringify({
+        error: 'internal error',
+        detail: 'see the Jupyter server log'
+      })
+    })
+  );
+  await page.reload();
+  await page.waitForSelector('#jupyterlab-splash', { state: 'detached' });
+  const panel = await openSidebar(page);
+  const banner = panel.locator('.jp-raylab-banner-error');
+  await expect(banner).toContainText(
+    'No live connection to the Jupyter server'
+  );
+  await expect(banner).toContainText('internal error');
+  await expect(banner).toContainText(/Retrying/);
+  await expect(banner).toHaveAttribute('role', 'alert');
+
+  await page.unroute(events);
+  await banner.getByRole('button', { name: 'Retry now' }).click();
+  await expect(banner).toHaveCount(0);
+  await expect(panel.locator('.jp-raylab-empty')).toBeVisible();
+});
+
+test('create in the dialog, connect a notebook, run Ray on it, delete', async ({
+  page
+}) => {
+  test.setTimeout(420_000);
+  await page.notebook.createNew('journey.ipynb');
+
+  const dialog = await openNewClusterDialog(page);
+  await fill(dialog, 'name', 'ui-journey');
+  await dialog.locator('#jp-raylab-new-gpu_type').selectOption('a100');
+  await fill(dialog, 'gpus', '1');
+  await fill(dialog, 'workers', '1');
+  await fill(dialog, 'cpus', '1');
+  await fill(dialog, 'memory', '1Gi');
+  await dialog.getByRole('button', { name: 'Create the cluster' }).click();
+  await expect(page.locator('.jp-Dialog')).toHaveCount(0);
+
+  const c = card(page, 'ui-journey');
+  await expect(c).toBeVisible();
+  await expect(c).toContainText('1 × a100');
+  await expect(c).toContainText('1 CPU · 1Gi memory');
+  await expect(c).toHaveAttribute('data-phase', 'Ready', {
+    timeout: READY_TIMEOUT
+  });
+  await expect(c).toContainText('1/1 ready');
+  await expect(c).toContainText('(logical)');
+
+  await c
+    .getByRole('button', { name: 'Connect notebook to ui-journey' })
+    .click();
+  // The magic's own words, or its error, in a notification.
+  await expect(page.locator('.Toastify__toast').first()).toContainText(
+    'Connected this kernel to ui-journey',
+    { timeout: 90_000 }
+  );
+
+  await page.notebook.setCell(0, 'code', 'import ray\nray.cluster_resources()');
+  await page.notebook.runCell(0);
+  const output = (await page.notebook.getCellTextOutput(0))?.join('\n') ?? '';
+  expect(output).toMatch(/'GPU': 1\.0/);
+  expect(output).toMatch(/'CPU': \d+\.0/);
+
+  // Copy connect code: the code reaches the clipboard, a notification says so.
+  await c
+    .getByRole('button', { name: 'Copy code that connects to ui-journey' })
+    .click();
+  await expect(
+    page.locator('.Toastify__toast').filter({
+      hasText: 'Copied the code that connects a notebook to ui-journey'
+    })
+  ).toBeVisible();
+
+  // Scale: the server's refusal shows next to the field; nothing changes.
+  await c.getByRole('button', { name: 'Scale ui-journey' }).click();
+  const scale = page.locator('.jp-Dialog-content');
+  await scale.locator('#jp-raylab-scale-workers').fill('0');
+  await scale.getByRole('button', { name: 'Scale' }).click();
+  await expect(scale.locator('.jp-raylab-field-error')).toContainText(
+    'needs at least one worker'
+  );
+  await scale.getByRole('button', { name: 'Cancel' }).click();
+  await expect(page.locator('.jp-Dialog')).toHaveCount(0);
+
+  // The head's log in a panel.
+  await c.getByRole('button', { name: 'Show the log of ui-journey' }).click();
+  const logs = page.locator('.jp-raylab-logs');
+  await expect(logs.locator('pre')).toContainText('Ray runtime started');
+
+  // The Ray dashboard in a tab, through the server's authenticated proxy.
+  await c
+    .getByRole('button', { name: 'Open the Ray dashboard of ui-journey' })
+    .click();
+  const frame = page.locator('.jp-raylab-dashboard');
+  await expect(frame).toBeVisible();
+  await expect
+    .poll(
+      async () =>
+        page
+          .frames()
+          .find(f => f.url().includes('/raylab/clusters/ui-journey/dashboard/'))
+          ?.title() ?? '',
+      { timeout: 30_000 }
+    )
+    .toMatch(/Ray/);
+
+  const sidebar = page.locator('#raylab-clusters');
+  const content = sidebar.locator('.jp-raylab-panel');
+  await content.screenshot({ path: shot('sidebar.png') });
+  await page.theme.setDarkTheme();
+  await content.screenshot({ path: shot('sidebar-dark.png') });
+  await page.theme.setLightTheme();
+
+  await deleteFromCard(page, 'ui-journey');
+  await expect(sidebar.locator('.jp-raylab-empty')).toBeVisible();
+});
+
+test('a cluster made by %raycluster up in a notebook appears live', async ({
+  page
+}) => {
+  test.setTimeout(300_000);
+  await page.notebook.createNew('made-in-notebook.ipynb');
+  const panel = await openSidebar(page);
+  await expect(panel.locator('.jp-raylab-empty')).toBeVisible();
+
+  await page.notebook.setCell(
+    0,
+    'code',
+    '%load_ext raylab\n%raycluster up --name nb-made --workers 0 --cpus 1'
+  );
+  // Run without waiting: the card must show up while the magic still waits.
+  const running = page.notebook.runCell(0);
+  const c = card(page, 'nb-made');
+  await expect(c).toBeVisible({ timeout: 60_000 });
+  await expect(c).toHaveAttribute('data-phase', 'Ready', {
+    timeout: READY_TIMEOUT
+  });
+  await running;
+  await expect(c).toContainText('0/0 ready');
+
+  // Admins (this server makes the test user one) switch to everyone's clusters.
+  await panel.getByRole('radio', { name: 'All users' }).check();
+  await expect(c).toContainText('Owner');
+  await panel.getByRole('radio', { name: 'Mine' }).check();
+  await expect(c).not.toContainText('Owner');
+
+  // Suspend stops its processes and keeps the definition; the card offers Resume.
+  await c.getByRole('button', { name: 'Suspend nb-made' }).click();
+  await expect(c).toHaveAttribute('data-phase', 'Suspended', {
+    timeout: 60_000
+  });
+  await expect(c.getByRole('button', { name: 'Resume nb-made' })).toBeVisible();
+  await deleteFromCard(page, 'nb-made');
+});
