@@ -89,7 +89,7 @@ class ClusterService:
 
     def scale(self, name: str, workers: object) -> ClusterInfo:
         info = self.get(name)
-        if isinstance(workers, str) and workers.strip().isdigit():
+        if isinstance(workers, str) and workers.strip().isascii() and workers.strip().isdigit():
             workers = int(workers)
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
             raise SpecError("workers", f"{workers!r} is not a whole number of workers")

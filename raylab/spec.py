@@ -28,6 +28,8 @@ _IMAGE = re.compile(
     r"(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
     r"(?:@sha256:[a-f0-9]{64})?$"
 )
+# ASCII digits only: str.isdigit() also accepts "¹" and "٣", which int() refuses.
+_WHOLE = re.compile(r"^\+?[0-9]+$")
 _FIELD_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 MAX_GPUS = 1024
 MAX_WORKERS = 512
@@ -177,7 +179,7 @@ def _int(data: Mapping[str, Any], field: str, default: int | None, low: int, hig
         if default is None:
             raise SpecError(field, "a whole number is required")
         return default
-    if isinstance(value, str) and value.strip().lstrip("+").isdigit():
+    if isinstance(value, str) and _WHOLE.match(value.strip()):
         value = int(value.strip())
     if isinstance(value, bool) or not isinstance(value, int):
         raise SpecError(field, f"{_show(value)} is not a whole number; use {low} to {high}")

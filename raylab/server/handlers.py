@@ -199,7 +199,7 @@ class LogsHandler(RaylabHandler):
     @authorized
     async def get(self, name: str) -> None:
         tail = self.get_argument("tail", "200")
-        if not tail.isdigit() or not 1 <= int(tail) <= 10_000:
+        if not (tail.isascii() and tail.isdigit()) or not 1 <= int(tail) <= 10_000:
             raise SpecError("tail", "a number of lines from 1 to 10000")
         text = await self.blocking(self.service().logs, name, int(tail))
         self.reply({"name": name, "logs": text})

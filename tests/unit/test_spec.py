@@ -46,7 +46,7 @@ def test_strings_from_the_command_line_are_accepted() -> None:
     assert (s.gpus, s.workers, s.cpus, s.memory, s.name) == (4, 2, "16", "64Gi", "exp-1")
 
 
-@pytest.mark.parametrize("value", [-1, "-1", "2.5", 2.5, "two", True, [], 10**9])
+@pytest.mark.parametrize("value", [-1, "-1", "2.5", 2.5, "two", True, [], 10**9, "¹", "٣"])
 def test_gpus_must_be_a_whole_number_in_range(value: Any) -> None:
     reason = refused("gpus", gpus=value)
     assert "whole number" in reason or "out of range" in reason
