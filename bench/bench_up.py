@@ -60,7 +60,12 @@ print("ELAPSED", elapsed)
 
 
 def measure(code: str, state_dir: str) -> float:
-    env = dict(os.environ, RAYLAB_STATE_DIR=state_dir, RAY_USAGE_STATS_ENABLED="0")
+    # Both sides with Ray's token auth off, as raylab's local clusters run (a raw
+    # `ray start` would otherwise turn it on when ~/.ray/auth_token exists).
+    env = dict(
+        os.environ, RAYLAB_STATE_DIR=state_dir, RAY_USAGE_STATS_ENABLED="0",
+        RAY_AUTH_MODE="disabled",
+    )  # fmt: skip
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900
     )
