@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +22,9 @@ from kubernetes import client as k8s_client
 # harness/ is not a package (it also runs as a script): import it from its folder.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "harness"))
 
-from controlplane import ControlPlane, call_json, ensure_built, wait_until
+from controlplane import ControlPlane, ensure_built
+
+from .kuberay_support import new_namespace
 
 HERE = Path(__file__).resolve().parent
 
@@ -93,15 +94,5 @@ def namespace(admin_api: k8s_client.ApiClient) -> Iterator[str]:
     Pods are refused until the controller-manager has made that ServiceAccount: waiting
     here keeps tests from racing it.
     """
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    core = k8s_client.CoreV1Api(admin_api)
-    call_json(core.create_namespace, {"metadata": {"name": name}})
-    wait_until(
-        f"ServiceAccount default in {name}",
-        lambda: core.read_namespaced_service_account("default", name),
-        timeout=30,
-    )
-    try:
+    with new_namespace(admin_api, "t") as name:
         yield name
-    finally:
-        call_json(core.delete_namespace, name, propagation_policy="Background")
