@@ -34,6 +34,12 @@ interface IFormValues {
   max_workers: string;
 }
 
+/** The fields entered as text (all but the GPU type's select). */
+type TextField = Exclude<Field, 'gpu_type'>;
+const NUMERIC: React.InputHTMLAttributes<HTMLInputElement> = {
+  inputMode: 'numeric'
+};
+
 interface IFormErrors {
   fields: Partial<Record<Field, string>>;
   /** A refusal that concerns no single field (quota, backend, network). */
@@ -190,6 +196,28 @@ function CreateForm(props: ICreateFormProps): React.ReactElement {
     p => p.name === v.gpu_type
   );
   const id = (f: string): string => `jp-raylab-new-${f}`;
+  // One labelled text input bound to one field of the form.
+  const textField = (
+    field: TextField,
+    label: string,
+    input: React.InputHTMLAttributes<HTMLInputElement> = {},
+    hint?: string
+  ): React.ReactElement => (
+    <FieldRow
+      id={id(field)}
+      label={label}
+      hint={hint}
+      error={errors.fields[field]}
+    >
+      <input
+        className="jp-mod-styled"
+        type="text"
+        {...input}
+        value={v[field]}
+        onChange={e => set({ [field]: e.target.value })}
+      />
+    </FieldRow>
+  );
   const gpus = Number(v.gpus);
   const workers = Number(v.workers);
   let gpuHint = profile?.max_gpus_per_worker
@@ -217,17 +245,11 @@ function CreateForm(props: ICreateFormProps): React.ReactElement {
           {errors.form}
         </div>
       )}
-      <FieldRow id={id('name')} label="Name" error={errors.fields.name}>
-        <input
-          className="jp-mod-styled"
-          type="text"
-          value={v.name}
-          placeholder="lowercase letters, digits, '-'; empty: generated"
-          autoComplete="off"
-          spellCheck={false}
-          onChange={e => set({ name: e.target.value })}
-        />
-      </FieldRow>
+      {textField('name', 'Name', {
+        placeholder: "lowercase letters, digits, '-'; empty: generated",
+        autoComplete: 'off',
+        spellCheck: false
+      })}
       <FieldRow
         id={id('gpu_type')}
         label="GPU type"
@@ -254,78 +276,26 @@ function CreateForm(props: ICreateFormProps): React.ReactElement {
         </select>
       </FieldRow>
       <div className="jp-raylab-field-pair">
-        <FieldRow
-          id={id('gpus')}
-          label="GPUs"
-          hint={gpuHint}
-          error={errors.fields.gpus}
-        >
-          <input
-            className="jp-mod-styled"
-            type="text"
-            inputMode="numeric"
-            value={v.gpus}
-            onChange={e => set({ gpus: e.target.value })}
-          />
-        </FieldRow>
-        <FieldRow
-          id={id('workers')}
-          label="Workers"
-          hint="Besides the head"
-          error={errors.fields.workers}
-        >
-          <input
-            className="jp-mod-styled"
-            type="text"
-            inputMode="numeric"
-            value={v.workers}
-            onChange={e => set({ workers: e.target.value })}
-          />
-        </FieldRow>
+        {textField('gpus', 'GPUs', NUMERIC, gpuHint)}
+        {textField('workers', 'Workers', NUMERIC, 'Besides the head')}
       </div>
       <div className="jp-raylab-field-pair">
-        <FieldRow
-          id={id('cpus')}
-          label="CPUs per worker"
-          error={errors.fields.cpus}
-        >
-          <input
-            className="jp-mod-styled"
-            type="text"
-            value={v.cpus}
-            placeholder={profile?.default_cpus}
-            onChange={e => set({ cpus: e.target.value })}
-          />
-        </FieldRow>
-        <FieldRow
-          id={id('memory')}
-          label="Memory per worker"
-          error={errors.fields.memory}
-        >
-          <input
-            className="jp-mod-styled"
-            type="text"
-            value={v.memory}
-            placeholder={profile?.default_memory}
-            onChange={e => set({ memory: e.target.value })}
-          />
-        </FieldRow>
+        {textField('cpus', 'CPUs per worker', {
+          placeholder: profile?.default_cpus
+        })}
+        {textField('memory', 'Memory per worker', {
+          placeholder: profile?.default_memory
+        })}
       </div>
-      <FieldRow
-        id={id('image')}
-        label="Image"
-        hint={`Default: ${imageDefault}`}
-        error={errors.fields.image}
-      >
-        <input
-          className="jp-mod-styled"
-          type="text"
-          value={v.image}
-          placeholder={profiles.defaults.image ?? 'default'}
-          spellCheck={false}
-          onChange={e => set({ image: e.target.value })}
-        />
-      </FieldRow>
+      {textField(
+        'image',
+        'Image',
+        {
+          placeholder: profiles.defaults.image ?? 'default',
+          spellCheck: false
+        },
+        `Default: ${imageDefault}`
+      )}
       <div className="jp-raylab-field jp-raylab-checkbox">
         <label>
           <input
@@ -338,32 +308,8 @@ function CreateForm(props: ICreateFormProps): React.ReactElement {
       </div>
       {v.autoscale && (
         <div className="jp-raylab-field-pair">
-          <FieldRow
-            id={id('min_workers')}
-            label="Min workers"
-            error={errors.fields.min_workers}
-          >
-            <input
-              className="jp-mod-styled"
-              type="text"
-              inputMode="numeric"
-              value={v.min_workers}
-              onChange={e => set({ min_workers: e.target.value })}
-            />
-          </FieldRow>
-          <FieldRow
-            id={id('max_workers')}
-            label="Max workers"
-            error={errors.fields.max_workers}
-          >
-            <input
-              className="jp-mod-styled"
-              type="text"
-              inputMode="numeric"
-              value={v.max_workers}
-              onChange={e => set({ max_workers: e.target.value })}
-            />
-          </FieldRow>
+          {textField('min_workers', 'Min workers', NUMERIC)}
+          {textField('max_workers', 'Max workers', NUMERIC)}
         </div>
       )}
     </form>
