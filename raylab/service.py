@@ -17,7 +17,7 @@ from .backends.base import Backend
 from .config import Settings
 from .errors import ClusterFailed, Conflict, NotFound, QuotaExceeded, SpecError, WaitTimeout
 from .model import ClusterInfo, Phase
-from .spec import MAX_WORKERS, ClusterSpec, generate_name, validate_name
+from .spec import MAX_WORKERS, ClusterSpec, generate_name, validate_name, whole_number
 
 
 def current_user() -> str:
@@ -89,12 +89,7 @@ class ClusterService:
 
     def scale(self, name: str, workers: object) -> ClusterInfo:
         info = self.get(name)
-        if isinstance(workers, str) and workers.strip().isascii() and workers.strip().isdigit():
-            workers = int(workers)
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-            raise SpecError("workers", f"{workers!r} is not a whole number of workers")
-        if workers > MAX_WORKERS:
-            raise SpecError("workers", f"{workers} is out of range; use 0 to {MAX_WORKERS}")
+        workers = whole_number(workers, "workers", 0, MAX_WORKERS)
         spec = info.spec
         if spec.gpus and workers == 0:
             raise SpecError("workers", "a GPU cluster needs at least one worker")

@@ -179,6 +179,11 @@ def _int(data: Mapping[str, Any], field: str, default: int | None, low: int, hig
         if default is None:
             raise SpecError(field, "a whole number is required")
         return default
+    return whole_number(value, field, low, high)
+
+
+def whole_number(value: object, field: str, low: int, high: int) -> int:
+    """`value` (an int, or digits from a command line or form) within low..high."""
     if isinstance(value, str) and _WHOLE.match(value.strip()):
         value = int(value.strip())
     if isinstance(value, bool) or not isinstance(value, int):
