@@ -19,6 +19,8 @@ from . import render
 from .backends import BACKENDS, make_backend
 from .config import Settings
 from .errors import RaylabError, SpecError
+from .export.verb import HELP as EXPORT_HELP
+from .export.verb import add_export_arguments
 from .model import ClusterInfo, Phase
 from .service import ClusterService, current_user
 
@@ -34,6 +36,7 @@ VERBS = {
     "resume": "start a suspended cluster again",
     "logs": "the head's log",
     "dashboard": "the Ray dashboard's address",
+    "export": EXPORT_HELP,
 }
 
 
@@ -118,6 +121,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     verb("list").add_argument("--all", action="store_true", help="every user's (admins)")
     verb("status").add_argument("name", metavar="NAME", nargs="?")
     verb("disconnect")
+    add_export_arguments(verb("export"))
     return parser
 
 
@@ -299,6 +303,20 @@ class Commands:
         else:
             self.out.link(url, f"Ray dashboard of {info.name}")
         return url
+
+    def do_export(self, args: argparse.Namespace) -> Any:
+        from .connect import connected_cluster
+        from .export.verb import run_export
+
+        service = self.service(args.backend)
+        connected = connected_cluster() if self.may_connect else None
+        return run_export(
+            args,
+            connected_cluster_info=service.get(connected) if connected else None,
+            out=self.out,
+            settings=self.settings,
+            lookup=service.get,
+        )
 
     # --- helpers ------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from ..config import Raylab, Settings
 from .cache import ClusterCache
 from .dashboard import DashboardProxyHandler
 from .events import EventsHandler
+from .export import ExportHandler
 from .handlers import (
     ClusterHandler,
     ClustersHandler,
@@ -27,6 +28,7 @@ ROUTES: list[tuple[str, Any]] = [
     ("profiles", ProfilesHandler),
     ("clusters", ClustersHandler),
     ("events", EventsHandler),
+    ("export", ExportHandler),
     (url_path_join("clusters", NAME), ClusterHandler),
     (url_path_join("clusters", NAME, "logs"), LogsHandler),
     (url_path_join("clusters", NAME, "dashboard") + r"/?(?P<path>.*)", DashboardProxyHandler),

@@ -1,0 +1,125 @@
+"""`export_notebook`: a notebook and its Ray cluster -> a tested Dagster project folder."""
+
+from __future__ import annotations
+
+import keyword
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..config import Settings
+from ..errors import SpecError
+from ..model import ClusterInfo
+from .analysis import analyze
+from .cluster import target_for
+from .codegen import build_module
+from .notebook import Cell, CellMode, read_cells, select_cells
+from .project import REPORT, Project, project_files, write_project
+from .report import build_report
+
+DEFAULT_SCHEDULE = "0 3 * * *"  # daily, 03:00 UTC: after the day's data, before people
+_CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,\-?]+$")
+_CRON_MACROS = frozenset({"@hourly", "@daily", "@weekly", "@monthly"})
+# Parameter names of the asset functions: an asset must not be called one of these.
+_TAKEN = frozenset({"context", "config", "ray_cluster", "defs"})
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    name: str
+    out_dir: Path
+    files: list[str]  # relative to out_dir
+    report: str  # EXPORT.md
+    warnings: list[str] = field(default_factory=list)  # one line each, for the verb
+    undefined_names: list[str] = field(default_factory=list)  # pyflakes, as in EXPORT.md
+
+
+def export_notebook(
+    notebook_path: str | Path,
+    *,
+    out_dir: str | Path | None = None,
+    name: str | None = None,
+    cluster: ClusterInfo | None = None,
+    cluster_source: str | None = None,
+    settings: Settings | None = None,
+    schedule: str | None = None,
+    cells: CellMode = "auto",
+    force: bool = False,
+) -> ExportResult:
+    """Analyse the notebook, generate the project in memory, then write it (or nothing).
+
+    `cluster` is the cluster whose spec the pipeline runs on (None: the configured defaults).
+    """
+    path = Path(notebook_path).expanduser().resolve()
+    settings = settings or Settings.load()
+    pipeline = pipeline_name(name if name is not None else path.stem)
+    cron = check_schedule(schedule or DEFAULT_SCHEDULE)
+    if cells not in ("auto", "tagged", "all"):
+        raise SpecError("cells", f"{cells!r}: use tagged or all")
+    selected = select_cells(read_cells(path), cells)
+    analysis = analyze(selected, _steps(selected, pipeline))
+    source = cluster_source or (
+        f"cluster {cluster.name!r}"
+        if cluster
+        else "raylab's defaults (no cluster was connected or named with --cluster)"
+    )
+    target = target_for(cluster, settings, source)
+    module = build_module(analysis, pipeline, path.name)
+    report = build_report(
+        name=pipeline, notebook=path.name, schedule=cron, a=analysis, steps=module.steps,
+        target=target,
+    )  # fmt: skip
+    project = Project(pipeline, path.name, cron, analysis, module, target)
+    files = project_files(project, report)
+    out = Path(out_dir).expanduser() if out_dir else path.parent / f"{pipeline}_pipeline"
+    out = out.resolve()
+    write_project(out, files, force=force)
+    warnings = [f"undefined name: {u}" for u in analysis.undefined]
+    if analysis.gpu_cells and not target.spec.gpus:
+        numbers = ", ".join(map(str, analysis.gpu_cells))
+        warnings.append(f"cells {numbers} ask Ray for GPUs but the pipeline's cluster has none; "
+                        "export with --cluster NAME of a GPU cluster")  # fmt: skip
+    if cluster is None:
+        warnings.append("no cluster connected: the pipeline uses the default cluster spec; "
+                        "pass --cluster NAME to use one of yours")  # fmt: skip
+    if not analysis.in_order:
+        warnings.append("the notebook's cells were run out of order; the pipeline runs them "
+                        "top to bottom")  # fmt: skip
+    return ExportResult(pipeline, out, sorted(files), files[REPORT], warnings, analysis.undefined)
+
+
+def pipeline_name(raw: str) -> str:
+    """A name Dagster, Python and Kubernetes labels all accept: `Train Model` -> train_model."""
+    name = re.sub(r"[^a-z0-9]+", "_", raw.strip().lower()).strip("_")[:40].rstrip("_")
+    if not name:
+        raise SpecError("name", f"{raw!r} has no letters or digits; use a name like train_model")
+    if name[0].isdigit() or keyword.iskeyword(name):
+        name = f"pipeline_{name}"
+    return name
+
+
+def check_schedule(cron: str) -> str:
+    cron = " ".join(cron.split())
+    if cron in _CRON_MACROS:
+        return cron
+    fields = cron.split(" ")
+    if len(fields) != 5 or not all(_CRON_FIELD.match(f) for f in fields):
+        raise SpecError(
+            "schedule", f"{cron!r} is not a cron schedule such as '0 3 * * *' (daily at 03:00)"
+        )
+    return cron
+
+
+def _steps(selected: Sequence[Cell], pipeline: str) -> list[str]:
+    """The step (asset) of each cell: its `step:NAME` tag, else the step above it."""
+    named = [c.step for c in selected]
+    if not any(named):
+        return [pipeline] * len(selected)
+    first = next(s for s in named if s)
+    steps: list[str] = []
+    current = first
+    for s in named:
+        current = s or current
+        steps.append(current if current not in _TAKEN | {pipeline} else f"{current}_step")
+    return steps

@@ -1,0 +1,134 @@
+"""The cluster a pipeline runs on: the notebook's cluster spec as dagster-ray config.
+
+The RayCluster comes from `raycluster_manifest`, the same function the KubeRay backend
+creates the notebook's clusters with, so the pipeline gets the same image, GPUs, node
+selectors and tolerations. dagster-ray's `RayClusterSpec` takes snake_case top-level
+fields whose values are ordinary camelCase Kubernetes dicts: each top-level key of the
+manifest's `spec` is renamed (`headGroupSpec` -> `head_group_spec`), nothing inside it.
+A raw camelCase manifest would validate at load time and fail when the cluster is made.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import Settings
+from ..connect import default_image, kernel_versions
+from ..manifest import MANAGED_BY_LABEL, OWNER_LABEL, raycluster_manifest, versions_from_image
+from ..model import ClusterInfo
+from ..profiles import GpuProfile
+from ..spec import ClusterSpec
+from .errors import ExportError
+
+PIPELINE_LABEL = "raylab.io/pipeline"
+# GPU node pools often scale up from zero: minutes, more than dagster-ray's 600 s default.
+READY_TIMEOUT = 1800.0
+# The RayClusterSpec fields raylab's manifests use (checked, so a new manifest field is
+# never silently dropped on its way into the pipeline).
+KNOWN_FIELDS = frozenset(
+    {"ray_version", "head_group_spec", "worker_group_specs", "enable_in_tree_autoscaling",
+     "autoscaler_options"}
+)  # fmt: skip
+_CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+@dataclass(frozen=True)
+class ClusterTarget:
+    spec: ClusterSpec
+    profile: GpuProfile
+    source: str  # for the report: where the spec came from
+    namespace: str
+    image: str
+    ray_version: str
+    python_version: str
+    service_account: str | None
+    head_cpus: str
+    head_memory: str
+
+    @property
+    def gpu_resource(self) -> str:
+        return self.profile.resource_key
+
+
+def target_for(info: ClusterInfo | None, settings: Settings, source: str) -> ClusterTarget:
+    """The pipeline's cluster: `info`'s spec, else the configured defaults."""
+    profiles = settings.profiles
+    spec = info.spec if info else ClusterSpec.from_mapping({"name": "pipeline"}, profiles)
+    profile = profiles.get(spec.gpu_type)
+    if profile is None:
+        raise ExportError(
+            f"cluster {spec.name!r} uses GPU type {spec.gpu_type!r}, which is no longer configured",
+            detail=f"configured types: {', '.join(profiles.gpu_types)}",
+        )
+    # The pipeline's driver is this kernel's environment, pinned: Ray Client needs the
+    # cluster's Ray and Python to match it exactly.
+    ray_version, python_version = kernel_versions()
+    image = spec.image or profiles.defaults.image
+    if image:
+        tag_ray, tag_python = versions_from_image(image)
+        if (tag_ray and tag_ray != ray_version) or (tag_python and tag_python != python_version):
+            raise ExportError(
+                f"image {image} has Ray {tag_ray} / Python {tag_python}, this kernel Ray "
+                f"{ray_version} / Python {python_version}; the pipeline would not connect",
+                detail=f"use an image such as {default_image(ray_version, python_version)}",
+            )
+    else:  # as the KubeRay backend does: rayproject/ray matching the kernel, -gpu for GPUs
+        image = default_image(ray_version, python_version) + ("-gpu" if spec.gpus else "")
+    return ClusterTarget(
+        spec=spec,
+        profile=profile,
+        source=source,
+        namespace=(info.namespace if info and info.namespace else _namespace(settings)),
+        image=image,
+        ray_version=ray_version,
+        python_version=python_version,
+        service_account=settings.options.service_account or None,
+        head_cpus=profiles.defaults.head_cpus,
+        head_memory=profiles.defaults.head_memory,
+    )
+
+
+def _namespace(settings: Settings) -> str:
+    template = settings.options.namespace_template
+    if template and "{" not in template:
+        return template
+    return "default"  # a per-user template cannot be resolved for a pipeline: the admin sets it
+
+
+def ray_cluster_spec(target: ClusterTarget, pipeline: str) -> dict[str, Any]:
+    """dagster-ray `RayClusterSpec` keyword arguments for the target cluster."""
+    manifest = raycluster_manifest(
+        target.spec,
+        target.profile,
+        owner=pipeline,
+        namespace=target.namespace,
+        image=target.image,
+        ray_version=target.ray_version,
+        python_version=target.python_version,
+        service_account=target.service_account,
+        head_cpus=target.head_cpus,
+        head_memory=target.head_memory,
+    )
+    fields = {_snake(key): copy.deepcopy(value) for key, value in manifest["spec"].items()}
+    unknown = sorted(set(fields) - KNOWN_FIELDS)
+    if unknown:  # a bug, not a user error: say which field needs mapping
+        raise AssertionError(f"RayCluster fields without a RayClusterSpec mapping: {unknown}")
+    groups = [fields["head_group_spec"], *fields["worker_group_specs"]]
+    for group in groups:
+        _relabel(group["template"].setdefault("metadata", {}), pipeline)
+    return fields
+
+
+def _relabel(metadata: dict[str, Any], pipeline: str) -> None:
+    """Pipeline pods are not a person's raylab cluster: no owner, no managed-by raylab."""
+    labels = metadata.setdefault("labels", {})
+    for key in (MANAGED_BY_LABEL, OWNER_LABEL):
+        labels.pop(key, None)
+    labels[PIPELINE_LABEL] = pipeline
+
+
+def _snake(camel: str) -> str:
+    return _CAMEL.sub("_", camel).lower()
