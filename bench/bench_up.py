@@ -41,7 +41,9 @@ def free():
 
 gcs, client = free(), free()
 ray_bin = str(Path(sys.executable).with_name("ray"))
-env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+# The same gRPC setting as raylab's nodes (see local_processes.py): without it Ray
+# Client's proxy now and then loses a client's server and that connect waits 30 s.
+env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", GRPC_ENABLE_FORK_SUPPORT="0")
 t0 = time.perf_counter()
 starter = subprocess.Popen(
     [ray_bin, "start", "--head", f"--port={gcs}", f"--ray-client-server-port={client}",
@@ -49,7 +51,15 @@ starter = subprocess.Popen(
     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
 starter.wait()
 import ray
-ray.init(f"ray://127.0.0.1:{client}")
+# Retried as raylab's connect retries, should Ray Client still fail to start a client's
+# server (it says so with a ConnectionError).
+while True:
+    try:
+        ray.init(f"ray://127.0.0.1:{client}")
+        break
+    except ConnectionError:
+        if time.perf_counter() - t0 > 120:
+            raise
 assert ray.cluster_resources()["GPU"] == 2
 elapsed = time.perf_counter() - t0
 ray.shutdown()
