@@ -108,6 +108,9 @@ def raycluster_manifest(
         {"name": "client", "containerPort": CLIENT_PORT},
     ]
     head = _container(HEAD_CONTAINER, image, head_cpus, head_memory, {}, head_ports)
+    # Ray Client's proxy forks a server per client from a gRPC thread; with gRPC's fork
+    # handlers on, that child now and then crashes before exec and the client waits 30 s.
+    head["env"] = [{"name": "GRPC_ENABLE_FORK_SUPPORT", "value": "0"}]
     worker_resources: dict[str, str] = {}
     worker_params: dict[str, str] = {}
     if spec.gpus_per_worker:

@@ -120,6 +120,14 @@ def test_a_head_without_workers_does_the_work() -> None:
     assert m["spec"]["workerGroupSpecs"][0]["replicas"] == 0  # there to scale up later
 
 
+def test_the_heads_ray_client_proxy_runs_without_grpc_fork_handlers() -> None:
+    # With them on, the proxy's fork of a client's server now and then crashed (SIGSEGV
+    # before exec, seen with strace) and that client waited 30 s for an error.
+    head, worker = pods(manifest(spec(gpus=2, workers=1)))
+    assert {"name": "GRPC_ENABLE_FORK_SUPPORT", "value": "0"} in head["containers"][0]["env"]
+    assert "env" not in worker["containers"][0]
+
+
 def test_labels_and_annotations_show_owner_and_origin() -> None:
     s = spec(gpus=4, workers=2)
     m = manifest(s)
