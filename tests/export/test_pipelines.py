@@ -86,7 +86,7 @@ def cluster() -> Iterator[ClusterInfo]:
     made = cli("up", "--name", CLUSTER, "--gpus", "2", "--workers", "1", "--cpus", "2",
                "--memory", "2Gi", "--backend", "local")  # fmt: skip
     try:
-        assert made.returncode == 0, made.stderr
+        assert made.returncode == 0, made.stdout + made.stderr
         yield service().get(CLUSTER)
     finally:
         cli("down", CLUSTER, "--backend", "local")
