@@ -18,7 +18,7 @@ from typing import Any, NoReturn, Protocol
 from . import render
 from .backends import BACKENDS, make_backend
 from .config import Settings
-from .errors import RaylabError, SpecError
+from .errors import BackendUnavailable, RaylabError, SpecError
 from .export.verb import HELP as EXPORT_HELP
 from .export.verb import add_export_arguments
 from .model import ClusterInfo, Phase
@@ -346,11 +346,20 @@ def _live(service: ClusterService, name: str, view: Any) -> Iterator[None]:
     stop = threading.Event()
 
     def refresh() -> None:
+        away = False
         while not stop.wait(1.0):
             try:
-                view.update(service.get(name))
+                info = service.get(name)
+            except BackendUnavailable as exc:
+                # Kubernetes away for a while (an API server restart): say so once and
+                # keep the clock going; service.wait rides it out within the timeout.
+                view.update(note=None if away else f"{exc.message}; still waiting")
+                away = True
+                continue
             except RaylabError:
                 return
+            view.update(info, note="" if away else None)
+            away = False
 
     thread = threading.Thread(target=refresh, daemon=True, name="raylab-progress")
     thread.start()

@@ -15,9 +15,21 @@ from typing import Any
 
 from .backends.base import Backend
 from .config import Settings
-from .errors import ClusterFailed, Conflict, NotFound, QuotaExceeded, SpecError, WaitTimeout
+from .errors import (
+    BackendUnavailable,
+    ClusterFailed,
+    Conflict,
+    Forbidden,
+    NotFound,
+    QuotaExceeded,
+    SpecError,
+    WaitTimeout,
+)
 from .model import ClusterInfo, Phase
 from .spec import MAX_WORKERS, ClusterSpec, generate_name, validate_name, whole_number
+
+# How long `wait` takes a refusal for a restarting API server's (see there).
+REFUSAL_GRACE_S = 30.0
 
 
 def current_user() -> str:
@@ -118,12 +130,33 @@ class ClusterService:
     ) -> ClusterInfo:
         """Poll until `until(info)`; raise on Failed or after `timeout` seconds.
 
-        The cluster is left as it is on timeout: nothing is deleted on an error.
+        The cluster is left as it is on timeout: nothing is deleted on an error. A backend
+        that cannot be reached for a while (an API server restart) is waited for too,
+        within the same timeout; its error is raised if it is still away then.
         """
         deadline = time.monotonic() + timeout
         last: ClusterInfo | None = None
+        refused_since: float | None = None
         while True:
-            info = self.get(name)
+            try:
+                info = self.get(name)
+            except BackendUnavailable:
+                refused_since = None
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(max(interval, 1.0))
+                continue
+            except Forbidden:
+                # An API server going down or coming up refuses requests for a moment
+                # (its RBAC caches are empty), and the cluster was just made or read: a
+                # refusal is believed once it has lasted REFUSAL_GRACE_S.
+                now = time.monotonic()
+                refused_since = refused_since or now
+                if now - refused_since >= REFUSAL_GRACE_S or now >= deadline:
+                    raise
+                time.sleep(max(interval, 1.0))
+                continue
+            refused_since = None
             if on_update and (last is None or info != last):
                 on_update(info)
             last = info

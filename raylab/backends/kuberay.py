@@ -13,6 +13,7 @@ import builtins
 import json
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from typing import Any
@@ -41,6 +42,7 @@ from .kuberay_portforward import Relay
 from .kuberay_status import (
     cluster_info,
     derive_status,
+    operator_deadline,
     pod_ready,
     spec_of,
     worker_group_index,
@@ -221,7 +223,9 @@ class KubeRayBackend:
         RayClusters, their pods and the operator's Warning events are watched (three
         threads, one queue): a pod that becomes unschedulable, or Ready, changes a
         cluster's phase without the RayCluster changing. Status is derived from this
-        cache, with no further requests, as soon as a change arrives.
+        cache, with no further requests, as soon as a change arrives; and once more, on
+        the clock, for a new cluster the operator leaves alone past OPERATOR_GRACE_S, so
+        that watchers hear the operator may be down.
 
         Errors at the start raise (no KubeRay, RBAC); later the watch outlives outages,
         reconnecting with backoff. `on_health` (called from the iterating thread) hears
@@ -232,23 +236,30 @@ class KubeRayBackend:
         cache = Cache()
         informers = self._start_informers(cache, inbox)
         last: dict[str, ClusterInfo] = {}
+        # Clusters the operator has not touched yet -> when to say it is silent. Nothing
+        # arrives from Kubernetes at that moment, so they are re-derived on the clock.
+        due: dict[str, float] = {}
         health: str | None = None
         try:
             for name in sorted(cache.clusters):
-                yield from self._emit(name, cache, last)
+                yield from self._emit(name, cache, last, due)
             for informer in informers:
                 informer.start()
             while not stop.is_set():
-                now = next((i.error for i in informers if i.error), None)
-                if now != health and on_health is not None:
-                    on_health(now)
-                health = now
+                error = next((i.error for i in informers if i.error), None)
+                if error != health and on_health is not None:
+                    on_health(error)
+                health = error
                 try:
                     message = inbox.get(timeout=0.25)
                 except queue.Empty:
-                    continue
-                for name in sorted(cache.apply(message)):
-                    yield from self._emit(name, cache, last)
+                    pass
+                else:
+                    for name in sorted(cache.apply(message)):
+                        yield from self._emit(name, cache, last, due)
+                now = time.time()
+                for name in sorted(n for n, at in due.items() if at <= now):
+                    yield from self._emit(name, cache, last, due)
         finally:
             for informer in informers:
                 informer.close()
@@ -434,17 +445,22 @@ class KubeRayBackend:
         return informers
 
     def _emit(
-        self, name: str, cache: Cache, last: dict[str, ClusterInfo]
+        self, name: str, cache: Cache, last: dict[str, ClusterInfo], due: dict[str, float]
     ) -> Iterator[ClusterEvent]:
         obj = cache.clusters.get(name)
         before = last.get(name)
+        due.pop(name, None)
         if obj is None:
             if before is not None:
                 del last[name]
                 yield ClusterEvent("DELETED", before)
             return
+        now = time.time()
+        deadline = operator_deadline(obj)
+        if deadline is not None and deadline > now:
+            due[name] = deadline
         info = cluster_info(obj, cache.pods_of(name), cache.warnings_of(name),
-                            in_cluster=in_cluster())  # fmt: skip
+                            in_cluster=in_cluster(), now=now)  # fmt: skip
         if info == before:
             return
         last[name] = info

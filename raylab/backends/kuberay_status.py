@@ -1,4 +1,5 @@
-"""A RayCluster object, its pods and its events -> ClusterInfo. Pure: plain dicts in.
+"""A RayCluster object, its pods and its events -> ClusterInfo. Pure (plain dicts in) but
+for the clock, which says how long the operator has left a new object alone.
 
 Conditions and pods are the truth; `.status.state` is deprecated and sticky (it never
 leaves "ready"), so it is not read at all. A just-created object has no `.status`:
@@ -46,6 +47,15 @@ _STUCK = frozenset(
     }
 )
 _REASON_MAX = 400
+# How long a new RayCluster may go without any word from the operator before raylab says
+# so. A running operator writes a status within a second or two (a few under load);
+# after this long it is down or not watching the namespace, and the user should know
+# why nothing happens rather than wait out the whole `up` timeout.
+OPERATOR_GRACE_S = 30.0
+OPERATOR_SILENT = (
+    f"the KubeRay operator has not picked this cluster up for {OPERATOR_GRACE_S:.0f} s; "
+    "is it running? An admin can check the ray-operator deployment"
+)
 
 
 @dataclass(frozen=True)
@@ -63,14 +73,17 @@ def cluster_info(
     warnings: Sequence[Mapping[str, Any]] = (),
     *,
     in_cluster: bool = False,
+    now: float | None = None,
 ) -> ClusterInfo:
-    """ClusterInfo of one RayCluster; `pods` are its pods, `warnings` its Warning events."""
+    """ClusterInfo of one RayCluster; `pods` are its pods, `warnings` its Warning events.
+
+    `now` (epoch seconds, default the clock) dates the object's age."""
     meta = obj.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     labels = meta.get("labels") or {}
     namespace = str(meta.get("namespace") or "")
     name = str(meta.get("name") or "")
-    status = derive_status(obj, pods, warnings)
+    status = derive_status(obj, pods, warnings, now=now)
     endpoints = Endpoints()
     if status.head_ready:
         # The head Service KubeRay makes; from outside the cluster it needs a port-forward
@@ -102,6 +115,8 @@ def derive_status(
     obj: Mapping[str, Any],
     pods: Sequence[Mapping[str, Any]] = (),
     warnings: Sequence[Mapping[str, Any]] = (),
+    *,
+    now: float | None = None,
 ) -> Status:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
@@ -139,6 +154,9 @@ def derive_status(
     if not head_ready:
         head = heads[0] if heads else None
         if head is None:
+            deadline = operator_deadline(obj)
+            if deadline is not None and (time.time() if now is None else now) >= deadline:
+                return result(Phase.PENDING, OPERATOR_SILENT)
             return result(Phase.PENDING, "waiting for the KubeRay operator to create the head")
         waiting = unschedulable(head)
         if waiting:
@@ -160,6 +178,19 @@ def derive_status(
         pod, why = failing[0]
         return result(Phase.DEGRADED, f"worker pod {_pod_name(pod)}: {why}", True)
     return result(Phase.STARTING, f"{ready}/{desired} workers ready", True)
+
+
+def operator_deadline(obj: Mapping[str, Any]) -> float | None:
+    """When (epoch seconds) a cluster the operator has not touched yet gets the hint that
+    the operator is silent; None once the operator has written a status for it.
+
+    No event marks that moment, so a watch re-derives the cluster then (kuberay.watch).
+    """
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    if meta.get("deletionTimestamp") or status.get("observedGeneration") is not None:
+        return None
+    return _timestamp(meta.get("creationTimestamp")) + OPERATOR_GRACE_S
 
 
 def worker_replicas(obj: Mapping[str, Any]) -> int:

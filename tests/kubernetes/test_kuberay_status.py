@@ -7,15 +7,23 @@ the fake nodes can reach is covered against the real operator in test_kuberay_ba
 
 from __future__ import annotations
 
+import time
+from datetime import datetime
 from typing import Any
 
-from raylab.backends.kuberay_status import cluster_info, derive_status
+from raylab.backends.kuberay_status import (
+    OPERATOR_GRACE_S,
+    cluster_info,
+    derive_status,
+    operator_deadline,
+)
 from raylab.manifest import raycluster_manifest
 from raylab.model import Phase
 from raylab.profiles import Profiles
 from raylab.spec import ClusterSpec
 
 PROFILES = Profiles()
+CREATED = datetime.fromisoformat("2026-01-01T00:00:00+00:00").timestamp()
 
 
 def raycluster(workers: int = 2, **status: Any) -> dict[str, Any]:
@@ -50,7 +58,7 @@ def pod(kind: str, ready: bool = True, waiting: str | None = None) -> dict[str, 
 
 
 def test_a_fresh_object_without_status_is_pending() -> None:
-    info = cluster_info(raycluster())
+    info = cluster_info(raycluster(), now=CREATED + 1)
     assert (info.phase, info.reason) == (
         Phase.PENDING,
         "waiting for the KubeRay operator to create the head",
@@ -126,3 +134,34 @@ def test_an_object_without_raylab_annotations_still_reads() -> None:
     assert (info.spec.gpus, info.spec.workers, info.spec.gpu_type) == (4, 2, "a100")
     assert info.owner == "alice"  # from the label
     assert info.python_version is None
+
+
+def test_a_cluster_the_operator_leaves_alone_says_so_after_the_grace_period() -> None:
+    obj = raycluster()  # no status at all: the operator has not seen it
+    assert operator_deadline(obj) == CREATED + OPERATOR_GRACE_S
+    early = derive_status(obj, now=CREATED + OPERATOR_GRACE_S - 1)
+    assert (early.phase, early.reason) == (
+        Phase.PENDING,
+        "waiting for the KubeRay operator to create the head",
+    )
+    late = cluster_info(obj, now=CREATED + OPERATOR_GRACE_S)
+    assert (late.phase, late.reason) == (
+        Phase.PENDING,
+        "the KubeRay operator has not picked this cluster up for 30 s; is it running? "
+        "An admin can check the ray-operator deployment",
+    )
+
+
+def test_once_the_operator_has_written_a_status_its_silence_is_not_suspected() -> None:
+    obj = raycluster(**accepted())  # accepted, head not made yet (a busy operator)
+    assert operator_deadline(obj) is None
+    status = derive_status(obj, now=time.time() + 3600)
+    assert status.reason == "waiting for the KubeRay operator to create the head"
+    # A head pod (the operator made it, its status update is still to come): no hint.
+    fresh = raycluster()
+    assert derive_status(fresh, [pod("head", ready=False)], now=time.time() + 3600).phase == (
+        Phase.STARTING
+    )
+    gone = raycluster()
+    gone["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"
+    assert operator_deadline(gone) is None

@@ -358,7 +358,8 @@ _PR_SET_PDEATHSIG = 1
 
 def _die_with_parent() -> None:
     # Runs in the child before exec: if the test runner is killed outright, the kernel
-    # sends SIGTERM to the component instead of leaving it behind.
+    # sends SIGTERM to the component instead of leaving it behind. It does so when the
+    # *thread* that forked the child ends, so components are started from one that lasts.
     if _PRCTL is not None:
         _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
@@ -516,8 +517,32 @@ class ControlPlane:
         if self._signal_and_reap([proc], timeout=30.0):
             raise ControlPlaneError("kube-apiserver survived SIGKILL")
 
+    def stop_operator(self) -> None:
+        """Stop the KubeRay operator: new RayClusters get no status and no pods until
+        ``start_operator()``; pods it made before keep running (KWOK keeps them Ready)."""
+        proc = self._procs.pop("ray-operator", None)
+        if proc is None:
+            raise ControlPlaneError("ray-operator is not running")
+        if self._signal_and_reap([proc], timeout=15.0):
+            raise ControlPlaneError("ray-operator survived SIGKILL")
+
+    def start_operator(self) -> None:
+        """(Re)start the KubeRay operator and wait until it is ready; it then reconciles
+        every RayCluster, including those made while it was away.
+
+        Call it (like ``start_apiserver``) from a thread that lives as long as the
+        control plane, such as the main one: the kernel stops a component when the
+        thread that started it ends (``_die_with_parent``).
+        """
+        if "ray-operator" in self._procs:
+            raise ControlPlaneError("ray-operator is already running")
+        self._spawn_operator()
+        self._wait_operator()
+
     def start_apiserver(self) -> None:
-        """(Re)start the apiserver: same port, certificates, tokens and etcd."""
+        """(Re)start the apiserver: same port, certificates, tokens and etcd.
+
+        From a long-lived thread, as ``start_operator``."""
         if "kube-apiserver" in self._procs:
             raise ControlPlaneError("kube-apiserver is already running")
         assert self._binaries is not None
@@ -891,17 +916,30 @@ class ControlPlane:
             # kwok also reads ~/.kwok/kwok.yaml: keep a developer's own config out.
             env={"HOME": str(kwok_home)},
         )
+        self._spawn_operator()
+
+    def _spawn_operator(self) -> None:
+        assert self._binaries is not None
         self._spawn(
             "ray-operator",
             [
                 str(self._binaries.ray_operator),
-                f"--kubeconfig={admin}",
+                f"--kubeconfig={self.kubeconfig('admin')}",
                 "--enable-leader-election=false",
                 "--metrics-addr=0",
                 f"--health-probe-bind-address=127.0.0.1:{self._ports['operator']}",
                 "--log-stdout-encoder=console",
                 # no --watch-namespace: all namespaces
             ],
+        )
+
+    def _wait_operator(self) -> None:
+        operator = f"http://127.0.0.1:{self._ports['operator']}/readyz"
+        wait_until(
+            "ray-operator /readyz",
+            lambda: _http_ok(operator),
+            60,
+            check=self._check_alive,
         )
 
     def _wait_ready(self) -> None:
@@ -918,13 +956,7 @@ class ControlPlane:
                 60,
                 check=self._check_alive,
             )
-        operator = f"http://127.0.0.1:{self._ports['operator']}/readyz"
-        wait_until(
-            "ray-operator /readyz",
-            lambda: _http_ok(operator),
-            60,
-            check=self._check_alive,
-        )
+        self._wait_operator()
         with self.api_client() as api:
             core = k8s_client.CoreV1Api(api)
             # Service-account controller running: pods can go in new namespaces.
