@@ -19,9 +19,13 @@ from raylab.backends.local import CLUSTER_ENV
 _session_root: Path | None = None
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's tmpdir plugin has made its factory
 def pytest_configure(config: pytest.Config) -> None:
     global _session_root
-    factory = pytest.TempPathFactory.from_config(config, _ispytest=True)
+    # pytest's own factory (set up for plugins at configure time), not a second one: with
+    # --basetemp, each factory empties that folder on first use, and a second one would
+    # wipe this session's state folder under a running test.
+    factory: pytest.TempPathFactory = config._tmp_path_factory  # type: ignore[attr-defined]
     _session_root = factory.mktemp("raylab-session", numbered=True)
     os.environ["RAYLAB_STATE_DIR"] = str(_session_root / "state")
     os.environ["JUPYTER_CONFIG_DIR"] = str(_session_root / "jupyter-config")
