@@ -12,4 +12,6 @@ export namespace CommandIDs {
   export const remove = 'raylab:delete';
   export const reconnect = 'raylab:reconnect';
   export const toggleAll = 'raylab:toggle-all-users';
+  export const exportNotebook = 'raylab:export-notebook';
+  export const exportWithOptions = 'raylab:export-notebook-with-options';
 }

@@ -3,13 +3,14 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette } from '@jupyterlab/apputils';
+import { ICommandPalette, IToolbarWidgetRegistry } from '@jupyterlab/apputils';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 
 import { DEFAULT_CONFIG, IRaylabConfig, IRaylabContext } from './actions';
 import { describeError } from './api';
 import { registerCommands } from './commands';
+import { registerExport } from './exportButton';
 import { ClusterListModel } from './model';
 import { fetchProfiles } from './profiles';
 import { ClusterSidebar } from './sidebar';
@@ -37,7 +38,8 @@ function readConfig(settings: ISettingRegistry.ISettings): IRaylabConfig {
 
 /**
  * The raylab frontend: the "Ray clusters" sidebar, live from the server's
- * event stream, and the commands behind its buttons.
+ * event stream, the commands behind its buttons, and the notebook toolbar's
+ * "Export to pipeline" button (where the server exports).
  */
 const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
@@ -47,14 +49,16 @@ const plugin: JupyterFrontEndPlugin<void> = {
     ICommandPalette,
     ILayoutRestorer,
     INotebookTracker,
-    ISettingRegistry
+    ISettingRegistry,
+    IToolbarWidgetRegistry
   ],
   activate: (
     app: JupyterFrontEnd,
     palette: ICommandPalette | null,
     restorer: ILayoutRestorer | null,
     notebooks: INotebookTracker | null,
-    registry: ISettingRegistry | null
+    registry: ISettingRegistry | null,
+    toolbars: IToolbarWidgetRegistry | null
   ): void => {
     const serverSettings = app.serviceManager.serverSettings;
     const model = new ClusterListModel({ serverSettings });
@@ -86,6 +90,17 @@ const plugin: JupyterFrontEndPlugin<void> = {
         return null;
       }
     );
+    if (notebooks) {
+      registerExport({
+        app,
+        notebooks,
+        palette,
+        toolbars,
+        serverSettings,
+        clusters: () => model.clusters.map(c => c.name),
+        profiles
+      });
+    }
 
     if (registry) {
       registry

@@ -58,6 +58,8 @@ export interface IProfilesReply {
   backend: string;
   quota: IQuota;
   user: IUser;
+  /** Optional endpoints the server has, e.g. `'export'` (older servers: none). */
+  features?: string[];
 }
 
 /**

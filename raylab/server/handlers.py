@@ -25,6 +25,9 @@ from .cache import ClusterCache, cluster_json
 
 AUTH_RESOURCE = "raylab"
 MAX_BODY = 64 * 1024
+# Endpoints beyond the cluster API that this server has; the frontend shows their buttons
+# only when listed in the profiles reply (it fetches that reply at start-up anyway).
+FEATURES = ("export",)
 T = TypeVar("T")
 
 
@@ -226,4 +229,5 @@ class ProfilesHandler(RaylabHandler):
             "clusters_left": max(0, o.max_clusters_per_user - len(mine)),
         }
         body["user"] = {"name": self.username, "admin": self.is_admin}
+        body["features"] = list(FEATURES)
         self.reply(body)
