@@ -15,6 +15,8 @@ import contextlib
 import json
 import logging
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +26,8 @@ from ..errors import RaylabError
 from ..model import ClusterInfo
 
 Message = dict[str, Any]
+# How long the watch's word on a deleted cluster is kept: longer than any refresh lasts.
+FORGET_DELETED_S = 300.0
 
 
 def cluster_json(info: ClusterInfo) -> dict[str, Any]:
@@ -51,6 +55,11 @@ class ClusterCache:
         self.error: str | None = None  # why the backend is unreachable, while it is
         self.synced = asyncio.Event()  # set once the first listing is in
         self._subscribers: set[Subscriber] = set()
+        # When the watch last told of each cluster (monotonic, on arrival). A refresh that
+        # began before that read older news and must not overwrite it: applied after the
+        # watch's DELETED, it would bring back a deleted cluster that nothing removes.
+        self._watched_at: dict[str, float] = {}
+        self._deleted: deque[tuple[float, str]] = deque()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="raylab-watch")
 
@@ -96,11 +105,8 @@ class ClusterCache:
     def refresh(self, name: str) -> None:
         """Read one cluster from the backend now (after a write), so the writer and every
         subscriber see the change without waiting for the watch. Called off the loop."""
-        info = self.backend.get(name)
-        if info is not None:
-            self._hand_over(self._apply, ClusterEvent("MODIFIED", info))
-        elif name in self.clusters:
-            self._hand_over(self._apply, ClusterEvent("DELETED", self.clusters[name]))
+        started = time.monotonic()
+        self._hand_over(self._apply_refresh, (name, started, self.backend.get(name)))
 
     def status(self) -> Message:
         body = {"type": "STATUS", "available": self.error is None, "error": self.error}
@@ -113,11 +119,11 @@ class ClusterCache:
         while not self._stop.is_set():
             try:
                 snapshot = self.backend.list()
-                self._hand_over(self._replace, snapshot)
+                self._hand_over(self._replace, (time.monotonic(), snapshot))
                 delay = 0.5
                 health = self._health
                 for event in self.backend.watch(self._stop, on_health=health):
-                    self._hand_over(self._apply, event)
+                    self._hand_over(self._apply_watched, (time.monotonic(), event))
             except RaylabError as exc:
                 self._hand_over(self._set_error, exc.message)
             except Exception as exc:  # keep watching whatever broke; say what it was
@@ -136,15 +142,38 @@ class ClusterCache:
 
     # --- on the event loop --------------------------------------------------------
 
-    def _replace(self, snapshot: builtins.list[ClusterInfo]) -> None:
+    def _replace(self, listed: tuple[float, builtins.list[ClusterInfo]]) -> None:
+        at, snapshot = listed
         fresh = {c.name: c for c in snapshot}
         for name, old in list(self.clusters.items()):
             if name not in fresh:
-                self._apply(ClusterEvent("DELETED", old))
+                self._apply_watched((at, ClusterEvent("DELETED", old)))
         for info in snapshot:
-            self._apply(ClusterEvent("MODIFIED" if info.name in self.clusters else "ADDED", info))
+            event = ClusterEvent("MODIFIED" if info.name in self.clusters else "ADDED", info)
+            self._apply_watched((at, event))
         self._set_error(None)
         self.synced.set()
+
+    def _apply_watched(self, arrived: tuple[float, ClusterEvent]) -> None:
+        at, event = arrived
+        name = event.cluster.name
+        self._watched_at[name] = at
+        if event.type == "DELETED":
+            self._deleted.append((at, name))
+        while self._deleted and self._deleted[0][0] < at - FORGET_DELETED_S:
+            when, gone = self._deleted.popleft()
+            if self._watched_at.get(gone) == when:
+                del self._watched_at[gone]
+        self._apply(event)
+
+    def _apply_refresh(self, read: tuple[str, float, ClusterInfo | None]) -> None:
+        name, started, info = read
+        if self._watched_at.get(name, float("-inf")) >= started:
+            return  # the watch spoke after this read began: the watch is as new or newer
+        if info is not None:
+            self._apply(ClusterEvent("MODIFIED", info))
+        elif name in self.clusters:
+            self._apply(ClusterEvent("DELETED", self.clusters[name]))
 
     def _apply(self, event: ClusterEvent) -> None:
         info = event.cluster

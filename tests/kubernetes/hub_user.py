@@ -1,7 +1,8 @@
-"""An identity provider for benchmarks: every token-authenticated request is one named user.
+"""An identity provider that makes every token-authenticated request one named user.
 
 JupyterHub gives a single-user server exactly one user; a plain `jupyter server` with a
-token makes up a new anonymous user per request unless a cookie persists it.
+token makes up a new anonymous user per request unless a cookie persists it. Loaded by
+the `jupyter server` of server_process.py (by dotted name), so it imports nothing else.
 """
 
 from __future__ import annotations
