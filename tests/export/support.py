@@ -79,3 +79,17 @@ class FreshEnv:
 def python_has(module: str) -> bool:
     done = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True)
     return done.returncode == 0
+
+
+class Lines:
+    """What the export verb tells a user, collected (its `out`)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.warnings: list[str] = []
+
+    def line(self, text: str) -> None:
+        self.lines.append(text)
+
+    def warn(self, text: str) -> None:
+        self.warnings.append(text)

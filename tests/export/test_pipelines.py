@@ -36,7 +36,7 @@ from raylab.export.verb import run_export
 from raylab.model import ClusterInfo
 from raylab.service import ClusterService, current_user
 
-from .support import NOTEBOOKS, FreshEnv
+from .support import NOTEBOOKS, FreshEnv, Lines
 
 CLUSTER = "exp-nb"  # the name the notebooks' `%raycluster up` uses
 
@@ -57,18 +57,6 @@ CASES = [
     Case("out_of_order", "out_of_order", saved_out_of_order=True),
     Case("steps", "steps"),
 ]
-
-
-class Lines:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.warnings: list[str] = []
-
-    def line(self, text: str) -> None:
-        self.lines.append(text)
-
-    def warn(self, text: str) -> None:
-        self.warnings.append(text)
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -13,21 +13,9 @@ from raylab.export.verb import add_export_arguments, run_export, this_notebook
 from raylab.model import ClusterInfo, Phase
 from raylab.spec import ClusterSpec
 
-from .support import make_notebook
+from .support import Lines, make_notebook
 
 SETTINGS = Settings.from_config()
-
-
-class Lines:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.warnings: list[str] = []
-
-    def line(self, text: str) -> None:
-        self.lines.append(text)
-
-    def warn(self, text: str) -> None:
-        self.warnings.append(text)
 
 
 def parse(*argv: str) -> argparse.Namespace:

@@ -10,16 +10,21 @@ import contextlib
 import io
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import pytest
+from controlplane import ControlPlane
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
 from raylab.magics import RayclusterMagics
 from tests.server.conftest import TestUsers, as_user
+
+from .kuberay_support import grant, new_namespace, user_kubeconfig
 
 
 def server_config(**raylab: Any) -> dict[str, Any]:
@@ -33,6 +38,34 @@ def server_config(**raylab: Any) -> dict[str, Any]:
         },
         "Raylab": {"backend": "kuberay", **raylab},
     }
+
+
+@contextlib.contextmanager
+def namespace_of(control_plane: ControlPlane, prefix: str, user: str = "alice") -> Iterator[str]:
+    """A fresh namespace where `user` holds the documented Role."""
+    admin = control_plane.api_client("admin")
+    with new_namespace(admin, prefix) as namespace:
+        grant(admin, namespace, user)
+        yield namespace
+
+
+def server_as_alice(
+    control_plane: ControlPlane,
+    namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    magic_user: str | None = "alice",
+) -> dict[str, Any]:
+    """jp_server_config for a server that reaches Kubernetes as alice in `namespace`;
+    `magic_user` is who `%raycluster` runs as in this process (the server's user comes
+    from a header)."""
+    kubeconfig = user_kubeconfig(control_plane.kubeconfig("alice"), namespace, tmp_path / "kc")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    if magic_user:
+        monkeypatch.setenv("JUPYTERHUB_USER", magic_user)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    return server_config()
 
 
 def as_hub_user(jp_fetch: Any, user: str) -> Any:

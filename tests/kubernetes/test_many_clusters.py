@@ -32,8 +32,16 @@ from raylab.manifest import raycluster_manifest
 from raylab.profiles import Profiles
 from raylab.spec import ClusterSpec
 
-from .kuberay_support import RAY, grant, new_namespace, user_kubeconfig
-from .server_support import EventStream, as_hub_user, event_stream, get, server_config, until
+from .kuberay_support import RAY
+from .server_support import (
+    EventStream,
+    as_hub_user,
+    event_stream,
+    get,
+    namespace_of,
+    server_as_alice,
+    until,
+)
 
 COUNT = 200
 RUNNING_EVERY = 4  # every 4th runs: 50 head pods
@@ -53,8 +61,7 @@ def expected(i: int) -> tuple[str, str]:
 @pytest.fixture(scope="module")
 def many_namespace(control_plane: ControlPlane) -> Iterator[str]:
     admin = control_plane.api_client("admin")
-    with new_namespace(admin, "many") as namespace:
-        grant(admin, namespace, "alice")
+    with namespace_of(control_plane, "many") as namespace:
         try:
             yield namespace
         finally:
@@ -81,10 +88,7 @@ def jp_server_config(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> dict[str, Any]:
-    source = control_plane.kubeconfig("alice")
-    monkeypatch.setenv("KUBECONFIG", str(user_kubeconfig(source, many_namespace, tmp_path / "kc")))
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    return server_config()
+    return server_as_alice(control_plane, many_namespace, tmp_path, monkeypatch, magic_user=None)
 
 
 def create_all(control_plane: ControlPlane, namespace: str) -> None:

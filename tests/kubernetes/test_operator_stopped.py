@@ -25,15 +25,15 @@ from pytest_jupyter.jupyter_server import *  # noqa: F403
 
 from raylab.backends.kuberay_status import OPERATOR_GRACE_S, OPERATOR_SILENT
 
-from .kuberay_support import grant, new_namespace, user_kubeconfig
 from .server_support import (
     EventStream,
     as_hub_user,
     change,
     event_stream,
     get,
+    namespace_of,
     phases,
-    server_config,
+    server_as_alice,
     terminal_magic,
     until,
 )
@@ -44,9 +44,7 @@ SMALL = {"workers": 0, "cpus": "100m", "memory": "256Mi"}  # a head alone, on th
 
 @pytest.fixture(scope="module")
 def alice_namespace(control_plane: ControlPlane) -> Iterator[str]:
-    admin = control_plane.api_client("admin")
-    with new_namespace(admin, "op") as namespace:
-        grant(admin, namespace, "alice")
+    with namespace_of(control_plane, "op") as namespace:
         yield namespace
 
 
@@ -57,13 +55,7 @@ def jp_server_config(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> dict[str, Any]:
-    kubeconfig = user_kubeconfig(
-        control_plane.kubeconfig("alice"), alice_namespace, tmp_path / "kc"
-    )
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    monkeypatch.setenv("JUPYTERHUB_USER", "alice")  # the magic's user; the server's is by header
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    return server_config()
+    return server_as_alice(control_plane, alice_namespace, tmp_path, monkeypatch)
 
 
 def test_operator_stopped_then_back(

@@ -27,16 +27,15 @@ from pytest_jupyter.jupyter_core import *  # noqa: F403
 from pytest_jupyter.jupyter_server import *  # noqa: F403
 from tornado.httpclient import HTTPClientError
 
-from .kuberay_support import grant, new_namespace
-from .kuberay_support import user_kubeconfig as kubeconfig_for
 from .server_support import (
     EventStream,
     as_hub_user,
     change,
     event_stream,
     get,
+    namespace_of,
     phases,
-    server_config,
+    server_as_alice,
     terminal_magic,
     until,
 )
@@ -49,9 +48,7 @@ NOTICE_S = 10.0
 
 @pytest.fixture(scope="module")
 def alice_namespace(control_plane: ControlPlane) -> Iterator[str]:
-    admin = control_plane.api_client("admin")
-    with new_namespace(admin, "srv") as namespace:
-        grant(admin, namespace, "alice")
+    with namespace_of(control_plane, "srv") as namespace:
         yield namespace
 
 
@@ -62,12 +59,7 @@ def jp_server_config(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> dict[str, Any]:
-    source = control_plane.kubeconfig("alice")
-    kubeconfig = kubeconfig_for(source, alice_namespace, tmp_path / "kc")
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    monkeypatch.setenv("JUPYTERHUB_USER", "alice")  # the magic's user; the server's is by header
-    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    return server_config()
+    return server_as_alice(control_plane, alice_namespace, tmp_path, monkeypatch)
 
 
 def test_outage_then_recovery(
