@@ -97,20 +97,25 @@ def connect(info: ClusterInfo, timeout: float = 60.0, address: str | None = None
     _current = _Connection(info.name, address, context)
 
 
+def _not_the_sigterm_warning(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("SIGTERM handler is not set")
+
+
+# The Ray Client server makes the same warning on its side (it too calls `ray.init` off
+# its main thread) and streams it to this process's log, after `ray.init` has returned.
+logging.getLogger("ray.util.client.logsclient").addFilter(_not_the_sigterm_warning)
+
+
 @contextmanager
 def _quiet_thread_warning() -> Iterator[None]:
     """ipykernel 7 runs cells off the main thread, and `ray.init` then warns that it cannot
     set a SIGTERM handler; harmless for a Ray Client driver, and confusing in red."""
     logger = logging.getLogger("ray._private.worker")
-
-    def drop(record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("SIGTERM handler is not set")
-
-    logger.addFilter(drop)
+    logger.addFilter(_not_the_sigterm_warning)
     try:
         yield
     finally:
-        logger.removeFilter(drop)
+        logger.removeFilter(_not_the_sigterm_warning)
 
 
 def disconnect() -> str | None:
