@@ -28,6 +28,13 @@ class _Connection:
 
 _current: _Connection | None = None
 
+# What a head that serves Ray Client needs in its environment (local nodes and KubeRay head
+# pods alike). Ray Client's proxy forks a server per connecting client from a gRPC thread;
+# with gRPC's fork handlers on, the child now and then restarts gRPC threads and crashes
+# before exec (SIGSEGV), and that client waits 30 s to be told "Initialization failure".
+# The child only execs, so it needs no gRPC of its own.
+CLIENT_SERVER_ENV = {"GRPC_ENABLE_FORK_SUPPORT": "0"}
+
 
 def kernel_versions() -> tuple[str, str]:
     return version("ray"), f"{sys.version_info.major}.{sys.version_info.minor}"

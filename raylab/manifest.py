@@ -13,6 +13,7 @@ import re
 import sys
 from typing import Any
 
+from .connect import CLIENT_SERVER_ENV
 from .profiles import GpuProfile
 from .spec import ClusterSpec
 
@@ -108,9 +109,7 @@ def raycluster_manifest(
         {"name": "client", "containerPort": CLIENT_PORT},
     ]
     head = _container(HEAD_CONTAINER, image, head_cpus, head_memory, {}, head_ports)
-    # Ray Client's proxy forks a server per client from a gRPC thread; with gRPC's fork
-    # handlers on, that child now and then crashes before exec and the client waits 30 s.
-    head["env"] = [{"name": "GRPC_ENABLE_FORK_SUPPORT", "value": "0"}]
+    head["env"] = [{"name": k, "value": v} for k, v in CLIENT_SERVER_ENV.items()]
     worker_resources: dict[str, str] = {}
     worker_params: dict[str, str] = {}
     if spec.gpus_per_worker:

@@ -16,6 +16,8 @@ from typing import Any
 
 import psutil
 
+from ..connect import CLIENT_SERVER_ENV
+
 # Ray's variables a kernel may carry that must not leak into a new cluster's processes.
 _STRIP_ENV = ("RAY_ADDRESS", "RAY_NAMESPACE", "RAY_JOB_CONFIG_JSON_ENV_VAR")
 _RAY_ENV = {
@@ -29,11 +31,7 @@ _RAY_ENV = {
     # (any local `ray.init()` writes one): state it, so a cluster behaves the same on
     # every machine. The dashboard stays on 127.0.0.1; see the README on security.
     "RAY_AUTH_MODE": "disabled",
-    # Ray Client's proxy forks a server per connecting client from a gRPC thread; with
-    # gRPC's fork handlers on, the child now and then restarts gRPC threads and crashes
-    # before exec (SIGSEGV), and that client waits 30 s to be told "Initialization
-    # failure". The child only execs, so it needs no gRPC of its own.
-    "GRPC_ENABLE_FORK_SUPPORT": "0",
+    **CLIENT_SERVER_ENV,
 }
 
 
