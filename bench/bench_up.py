@@ -41,9 +41,11 @@ def free():
 
 gcs, client = free(), free()
 ray_bin = str(Path(sys.executable).with_name("ray"))
-# The same gRPC setting as raylab's nodes (see local_processes.py): without it Ray
+from raylab.connect import CLIENT_SERVER_ENV
+
+# The same Ray Client settings as raylab's heads (see connect.py): without them Ray
 # Client's proxy now and then loses a client's server and that connect waits 30 s.
-env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", GRPC_ENABLE_FORK_SUPPORT="0")
+env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", **CLIENT_SERVER_ENV)
 t0 = time.perf_counter()
 starter = subprocess.Popen(
     [ray_bin, "start", "--head", f"--port={gcs}", f"--ray-client-server-port={client}",

@@ -12,12 +12,14 @@ import bench_load
 import bench_ready_latency
 import bench_server
 import bench_sidebar
+import bench_startup
 import bench_up
 from report import emit
 
 BENCHES = {
     "import": bench_import.run,
     "up": bench_up.run,
+    "startup": bench_startup.run,
     "ready_latency": bench_ready_latency.run,
     "server": bench_server.run,
     "load": bench_load.run,

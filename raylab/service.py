@@ -162,10 +162,14 @@ class ClusterService:
             last = info
             if until(info):
                 return info
-            if info.phase == Phase.FAILED:
+            if info.phase == Phase.FAILED or (
+                info.phase == Phase.DEGRADED and not self.backend.restarts_nodes
+            ):
+                # No sense waiting out the timeout for what cannot recover by itself.
+                what = "failed" if info.phase == Phase.FAILED else "cannot become Ready"
                 raise ClusterFailed(
-                    f"cluster {name!r} failed: {info.reason}",
-                    detail=f"`%raycluster logs {name}` shows its log; "
+                    f"cluster {name!r} {what}: {info.reason}",
+                    detail=f"it was kept: `%raycluster logs {name}` shows its log; "
                     f"`%raycluster down {name}` removes it",
                 )
             if time.monotonic() >= deadline:

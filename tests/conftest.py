@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from raylab.backends.local import CLUSTER_ENV
+from raylab.backends.local import CLUSTER_ENV, STATE_FILE, LocalBackend
 
 _session_root: Path | None = None
 
@@ -53,15 +53,58 @@ def processes_of_this_session() -> list[psutil.Process]:
     return found
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _no_orphans_at_the_end() -> Iterator[None]:
-    yield
+def _local_clusters() -> set[str]:
+    folder = Path(os.environ["RAYLAB_STATE_DIR"])
+    if not folder.is_dir():
+        return set()
+    return {p.name for p in folder.iterdir() if (p / STATE_FILE).is_file()}
+
+
+def _remove(clusters: set[str]) -> None:
+    backend = LocalBackend(Path(os.environ["RAYLAB_STATE_DIR"]))
+    for name in clusters:
+        with contextlib.suppress(Exception):
+            backend.delete(name)
+
+
+def _kill_orphans() -> list[int]:
     left = processes_of_this_session()
     for proc in left:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    names = [f"{p.pid}" for p in left]
-    assert not left, f"processes left behind by the test suite: {names}"
+    return [p.pid for p in left]
+
+
+# One test's leftovers never fail the tests after it: whatever a test (or its function
+# fixtures) made and left, and whatever a module left when its fixtures are done, is
+# removed at once, and that test or module errors, named, so the leak gets fixed.
+
+
+@pytest.fixture(autouse=True)
+def _test_leaves_no_cluster(request: pytest.FixtureRequest) -> Iterator[None]:
+    before = _local_clusters()  # module fixtures' clusters are made before this runs
+    yield
+    left = _local_clusters() - before
+    _remove(left)
+    assert not left, f"{request.node.nodeid} left local clusters behind: {sorted(left)}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_leaves_nothing(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield  # torn down after the module's own fixtures
+    left = _local_clusters()
+    _remove(left)
+    orphans = _kill_orphans()
+    where = request.node.nodeid
+    assert not left, f"{where} left local clusters behind (removed): {sorted(left)}"
+    assert not orphans, f"{where} left Ray processes behind (killed): {orphans}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_orphans_at_the_end() -> Iterator[None]:
+    yield
+    left = _kill_orphans()
+    assert not left, f"processes left behind by the test suite: {left}"
 
 
 @pytest.fixture

@@ -23,6 +23,9 @@ class Backend(Protocol):
     """Operations on clusters. Ownership and quotas are the service's job, not the backend's."""
 
     name: str
+    # Whether a node that exited comes back by itself (KubeRay: the kubelet restarts its
+    # pod). Where it does not, a Degraded cluster cannot become Ready without the user.
+    restarts_nodes: bool
 
     def create(self, spec: ClusterSpec, owner: str) -> ClusterInfo:
         """Start creating; returns at once or after the cheap first step. Raises Conflict

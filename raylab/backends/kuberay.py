@@ -63,6 +63,7 @@ _forwards_lock = threading.Lock()
 
 class KubeRayBackend:
     name = "kuberay"
+    restarts_nodes = True
 
     def __init__(
         self,

@@ -17,7 +17,6 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import sys
 import tempfile
 import threading
@@ -27,18 +26,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from ..errors import BackendUnavailable, Conflict, NotFound, SpecError
 from ..model import ClusterInfo, Endpoints, Phase
 from ..spec import ClusterSpec, parse_quantity
 from .base import ClusterEvent
+from .local_memory import object_store_bytes
+from .local_node import READY_TEXT, RESTART_MARK, node_ref
+from .local_ports import PortPicker
 from .local_processes import NodeProcess, alive, log_started, spawn, stop_sessions
 
 STATE_FILE = "cluster.json"
+# Every port a node's agents would otherwise choose themselves (see local_ports.py), as
+# `ray start` names them.
+AGENT_PORTS = (
+    "dashboard-agent-grpc-port",
+    "dashboard-agent-listen-port",
+    "metrics-export-port",
+    "runtime-env-agent-port",
+)
 CLUSTER_ENV = "RAYLAB_CLUSTER"
 START_TRIES = 3  # attempts per node before it is reported dead (see local_node.py)
-NODE_READY_TEXT = "Ray runtime started"
 _IP_LINE = re.compile(r"Local node IP: (\S+)")
 _SESSION = re.compile(r"(/\S+/session_[^/\s]+)")
 
@@ -48,13 +55,6 @@ def physical_gpu_count() -> int:
     with contextlib.suppress(OSError):
         return len(os.listdir("/proc/driver/nvidia/gpus"))
     return 0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -104,6 +104,9 @@ class _State:
 
 class LocalBackend:
     name = "local"
+    # A node is started again only until it first comes up (local_node.py); one that
+    # exits after that, or never came up in its tries, stays down.
+    restarts_nodes = False
 
     def __init__(self, state_dir: Path, ray_executable: str | None = None) -> None:
         self.state_dir = Path(state_dir)
@@ -137,6 +140,18 @@ class LocalBackend:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state.to_json(), indent=1))
         tmp.replace(path)  # atomic: readers never see half a file
+
+    def _ports(self) -> PortPicker:
+        """A picker that avoids every port the clusters of this folder hold (call it under
+        the lock, so two creates never choose the same one)."""
+        taken: set[int] = set()
+        for name in self._names():
+            state = self._read(name)
+            if state is not None:
+                taken.update(state.ports.values())
+                for node in state.nodes:
+                    taken.update(node.ports.values())
+        return PortPicker(taken)
 
     def _names(self) -> list[str]:
         if not self.state_dir.is_dir():
@@ -266,8 +281,9 @@ class LocalBackend:
         return state
 
     def _start_nodes(self, name: str, state: _State) -> None:
-        """Start the head, and the workers as soon as the head's GCS listens."""
-        state.ports = {"gcs": _free_port(), "client": _free_port(), "dashboard": _free_port()}
+        """Start the head and the workers (whose supervisors wait for the head to be up)."""
+        ports = self._ports()
+        state.ports = ports.take_many(("gcs", "client", "dashboard"))
         spec = state.spec
         head_cpus = _cpus(spec.cpus) if spec.workers == 0 else 0
         args = [
@@ -281,22 +297,15 @@ class LocalBackend:
             f"--num-cpus={head_cpus}",
             "--num-gpus=0",
         ]
-        head = self._spawn(name, "head", 0, args, env={})
-        state.nodes = [head]
-        self._write(name, state)
-        if not _wait_port(state.ports["gcs"], head, timeout=60.0):
-            stop_sessions(state.nodes)
-            state.nodes = []
-            self._write(name, state)
-            raise BackendUnavailable(
-                "the Ray head did not start",
-                detail=_tail(Path(head.log), 20),
-            )
-        self._start_workers(name, state, range(1, spec.workers + 1))
+        state.nodes = [self._spawn(name, "head", 0, args, {}, ports, [])]
+        self._start_workers(name, state, range(1, spec.workers + 1), ports)
         self._write(name, state)
 
-    def _start_workers(self, name: str, state: _State, indexes: range) -> None:
+    def _start_workers(
+        self, name: str, state: _State, indexes: range, ports: PortPicker | None = None
+    ) -> None:
         spec = state.spec
+        ports = ports or self._ports()
         per_worker = spec.gpus_per_worker
         physical = physical_gpu_count()
         for i in indexes:
@@ -311,23 +320,37 @@ class LocalBackend:
                 f"--num-gpus={per_worker}",
                 f"--memory={int(parse_quantity(spec.memory))}",
             ]
-            state.nodes.append(self._spawn(name, "worker", i, args, env))
+            # Workers start once the head is up (see local_node.py).
+            order = ["--needs", _ref(state.nodes[0])]
+            state.nodes.append(self._spawn(name, "worker", i, args, env, ports, order))
 
     def _spawn(
-        self, name: str, role: str, index: int, args: builtins.list[str], env: dict[str, str]
+        self,
+        name: str,
+        role: str,
+        index: int,
+        args: builtins.list[str],
+        env: dict[str, str],
+        picker: PortPicker,
+        order: builtins.list[str],
     ) -> NodeProcess:
         label = "head" if role == "head" else f"worker-{index}"
         log = self._dir(name) / f"{label}.log"
+        ports = picker.take_many(AGENT_PORTS)
         common = [
             "--block",
             "--disable-usage-stats",
             "--log-style=record",
             "--log-color=false",
-            # Several nodes share this host: let each pick free agent ports.
-            "--dashboard-agent-listen-port=0",
-            f"--object-store-memory={_object_store_bytes()}",
+            f"--object-store-memory={object_store_bytes()}",
+            *(f"--{flag}={port}" for flag, port in ports.items()),
         ]
-        supervisor = [sys.executable, "-m", "raylab.backends.local_node", str(START_TRIES), "--"]
+        supervisor = [
+            *(sys.executable, "-m", "raylab.backends.local_node", str(START_TRIES)),
+            str(ports["dashboard-agent-listen-port"]),
+            *order,
+            "--",
+        ]
         # Every process of the node inherits this: it tells which cluster a process is.
         env = {**env, CLUSTER_ENV: name}
         # Each node gets a temp dir of its own: Ray names a node's sockets by probing for
@@ -337,7 +360,13 @@ class LocalBackend:
         temp_dir = Path(tempfile.gettempdir()) / f"raylab-{os.getuid()}" / secrets.token_hex(4)
         common.append(f"--temp-dir={temp_dir}")
         return spawn(
-            [*supervisor, self.ray, "start", *args, *common], log, role, index, env, str(temp_dir)
+            [*supervisor, self.ray, "start", *args, *common],
+            log,
+            role,
+            index,
+            env,
+            str(temp_dir),
+            ports,
         )
 
     # --- status -------------------------------------------------------------------
@@ -380,22 +409,26 @@ class LocalBackend:
             return Phase.FAILED, "the head was never started", 0, False
         workers = [n for n in state.nodes if n.role == "worker"]
         if not alive(head):
-            return Phase.FAILED, f"head process exited: {_last_line(Path(head.log))}", 0, False
-        if not log_started(head, NODE_READY_TEXT):
+            return Phase.FAILED, f"head process exited: {_node_error(head)}", 0, False
+        if not log_started(head, READY_TEXT):
             return Phase.STARTING, "starting the head", 0, False
         ready, dead = 0, []
         for w in workers:
             if not alive(w):
                 dead.append(w)
-            elif log_started(w, NODE_READY_TEXT):
+            elif log_started(w, READY_TEXT):
                 ready += 1
         if dead:
             which = ", ".join(f"worker-{w.index}" for w in dead)
-            reason = f"{which} exited: {_last_line(Path(dead[0].log))}"
+            reason = f"{which} exited: {_node_error(dead[0])}"
             return Phase.DEGRADED, reason, ready, True
         if ready < state.spec.workers:
             return Phase.STARTING, "waiting for workers", ready, True
         return Phase.READY, "", ready, True
+
+
+def _ref(node: NodeProcess) -> str:
+    return node_ref(node.pid, node.create_time, node.log)
 
 
 def _find_ray() -> str:
@@ -418,26 +451,6 @@ def _cpus(quantity: str) -> int:
     if whole < 1:
         raise SpecError("cpus", "the local backend needs at least one CPU per worker")
     return whole
-
-
-def _object_store_bytes() -> int:
-    # Ray's default (30% of RAM per node) would promise the same memory to every node on
-    # this host; share it instead, within Ray's 75 MiB minimum.
-    total = psutil.virtual_memory().total
-    return max(128 * 2**20, int(total * 0.3 / 4))
-
-
-def _wait_port(port: int, head: NodeProcess, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            s.settimeout(0.5)
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return True
-        if not alive(head):
-            return False
-        time.sleep(0.1)
-    return False
 
 
 def _read_head(log: Path, limit: int = 65536) -> str:
@@ -464,12 +477,51 @@ def _tail(log: Path, lines: int) -> str:
     return "\n".join(text.splitlines()[-lines:]) + "\n"
 
 
-def _last_line(log: Path) -> str:
-    """The most telling line of a dead node's log: its last error, else its last line."""
-    lines = [ln.strip() for ln in _tail(log, 200).splitlines() if ln.strip()]
-    errors = [ln for ln in lines if "ERROR" in ln or "Error" in ln]
-    line = (errors or lines or ["no output"])[-1]
+def _node_error(node: NodeProcess) -> str:
+    """The most telling line about why a node died: the fatal error of one of its Ray
+    processes (`ray start` itself only says "timed out during startup" when its raylet
+    aborted), else the error its own log shows, else that it was stopped from outside."""
+    line = _fatal_line(node) or _log_error(Path(node.log))
     return line if len(line) <= 200 else line[:197] + "..."
+
+
+def _log_error(log: Path) -> str:
+    """The first error of the node's last attempt (what follows it is mostly Ray's
+    advice on where to look), else its last exception, else that it had none."""
+    text = _tail(log, 200).rpartition(RESTART_MARK)[2]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if " ERROR " in ln or "\tERROR " in ln]
+    if errors:
+        return errors[0]
+    raised = [ln for ln in lines if "Error" in ln or "Exception" in ln]
+    if raised:
+        return raised[-1]
+    # Nothing went wrong inside: the process was stopped from outside (a signal, the
+    # machine's out-of-memory killer), and its last line would only mislead.
+    return "it stopped with no error in its log (killed from outside?)"
+
+
+# A C++ Ray process's fatal log line, e.g. "[2026-01-01 10:00:00,000 C 12 12] (raylet)
+# node_manager.cc:3588: An unexpected system state ... Check failed: x.has_value() Why".
+_FATAL = re.compile(r"^\[[^\]]* [FC] \d+ \d+\] (?:\(\w+\) )?(?:\S+:\d+: *)?(.*\S)")
+_CHECK = re.compile(r"Check failed: (?:\S+\(\) )?(.*)")
+_FATAL_LOGS = ("raylet.out", "raylet.err", "gcs_server.out", "gcs_server.err")
+
+
+def _fatal_line(node: NodeProcess) -> str | None:
+    """The last fatal line in the Ray logs of the node's latest session, if any."""
+    if not node.temp_dir:
+        return None
+    logs = Path(node.temp_dir) / "session_latest" / "logs"
+    found = None
+    for name in _FATAL_LOGS:
+        for line in _tail(logs / name, 400).splitlines():
+            match = _FATAL.match(line)
+            if match:
+                why = match.group(1)
+                check = _CHECK.search(why)  # Ray's "report a bug" preamble says nothing
+                found = f"{name.split('.')[0]}: {check.group(1) if check else why}"
+    return found
 
 
 def _changed(a: ClusterInfo, b: ClusterInfo) -> bool:

@@ -10,7 +10,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,10 @@ _RAY_ENV = {
     # The raylet gives its Python dashboard agent 30 s to report its port, then aborts;
     # on a busy laptop that agent's imports alone can take longer.
     "RAY_agent_register_timeout_ms": "120000",
+    # `ray start --head` gives the dashboard 60 s to come up, then exits; the dashboard
+    # starts a process per module, which on two busy cores can take longer. A dashboard
+    # that crashes is still reported at once (its exit is watched, not this limit).
+    "RAY_DASHBOARD_STARTUP_TIMEOUT_S": "600",
     # Ray 2.60 turns token auth on for `ray start` whenever ~/.ray/auth_token exists
     # (any local `ray.init()` writes one): state it, so a cluster behaves the same on
     # every machine. The dashboard stays on 127.0.0.1; see the README on security.
@@ -43,6 +47,7 @@ class NodeProcess:
     create_time: float  # tells our process from a later one that reused the pid
     log: str
     temp_dir: str = ""  # the node's own Ray temp dir (sockets, session logs)
+    ports: dict[str, int] = field(default_factory=dict)  # its agents' ports (local_ports.py)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -53,7 +58,13 @@ class NodeProcess:
 
 
 def spawn(
-    argv: list[str], log: Path, role: str, index: int, env: dict[str, str], temp_dir: str = ""
+    argv: list[str],
+    log: Path,
+    role: str,
+    index: int,
+    env: dict[str, str],
+    temp_dir: str = "",
+    ports: dict[str, int] | None = None,
 ) -> NodeProcess:
     full_env = {k: v for k, v in os.environ.items() if k not in _STRIP_ENV}
     full_env.update(_RAY_ENV)
@@ -76,7 +87,7 @@ def spawn(
         created = psutil.Process(proc.pid).create_time()
     except psutil.Error:
         created = 0.0
-    return NodeProcess(role, index, proc.pid, created, str(log), temp_dir)
+    return NodeProcess(role, index, proc.pid, created, str(log), temp_dir, ports or {})
 
 
 def alive(node: NodeProcess) -> bool:

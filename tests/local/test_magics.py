@@ -40,10 +40,11 @@ def shell() -> InteractiveShell:
 
 @pytest.fixture(scope="module")
 def up_output(shell: InteractiveShell) -> Iterator[str]:
-    text = run(shell, f"up --name {NAME} --gpus 2 --workers 2 --cpus 1 --memory 1Gi")
-    yield text
-    with contextlib.suppress(UsageError):
-        run(shell, f"down {NAME}")
+    try:
+        yield run(shell, f"up --name {NAME} --gpus 2 --workers 2 --cpus 1 --memory 1Gi")
+    finally:  # also when `up` itself failed: the cluster is kept for inspection then
+        with contextlib.suppress(UsageError):
+            run(shell, f"down {NAME}")
 
 
 def test_up_shows_progress_and_connects(up_output: str) -> None:

@@ -1,14 +1,15 @@
 """Whole journeys in a real kernel (nbclient) and through the `raylab` CLI.
 
-1. The notebook from the README: `up --gpus 2 --workers 2`, four `num_gpus=1` tasks that
-   report their CUDA_VISIBLE_DEVICES and node, `status`, `down`; then no Ray process.
+1. The quick-start notebook that `make lab` opens (examples/quickstart.ipynb), run as
+   it is: `up --gpus 2 --workers 1`, four `num_gpus=1` tasks that report their
+   CUDA_VISIBLE_DEVICES and node, `status`, `list`, `down`; then no Ray process.
 2. A cluster made by the CLI, connected from a notebook; the kernel exits and the
    cluster lives on (nothing is deleted unless asked); the CLI lists it and deletes it.
 """
 
 from __future__ import annotations
 
-import json
+import ast
 import os
 import subprocess
 import sys
@@ -20,18 +21,7 @@ from nbclient import NotebookClient
 
 from tests.conftest import processes_of_this_session
 
-TASKS = """\
-import json, time
-import ray
-
-@ray.remote(num_gpus=1)
-def where():
-    import os
-    time.sleep(2)  # hold the GPU so the four tasks spread over both workers
-    return os.environ.get("CUDA_VISIBLE_DEVICES"), ray.get_runtime_context().get_node_id()
-
-print(json.dumps(ray.get([where.remote() for _ in range(4)])))
-"""
+QUICKSTART = Path(__file__).resolve().parents[2] / "examples" / "quickstart.ipynb"
 
 
 def execute(cells: list[str]) -> list[Any]:
@@ -57,31 +47,30 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=600)
 
 
-def test_readme_notebook_end_to_end() -> None:
-    cells = execute(
-        [
-            "%load_ext raylab",
-            "%raycluster up --name nb1 --gpus 2 --workers 2 --cpus 1 --memory 1Gi",
-            TASKS,
-            "%raycluster status",
-            "%raycluster down nb1",
-        ]
-    )
-    up = cells[1]
+def test_quickstart_notebook_end_to_end() -> None:
+    nb = nbformat.read(str(QUICKSTART), as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3").execute()
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    sources = [c.source for c in code]
+    assert sources[1].startswith("%raycluster up --name quickstart --gpus 2 --workers 1")
+    up = code[1]
     # In a notebook the progress is a live widget card, then a line saying we connected.
     assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in up.outputs)
-    assert "Connected this kernel to nb1" in text_of(up)
+    assert "Connected this kernel to quickstart" in text_of(up)
 
-    results = json.loads(text_of(cells[2]))
-    assert len(results) == 4
-    assert {devices for devices, _ in results} == {"0"}  # one GPU on each worker
-    assert len({node for _, node in results}) == 2  # ...and both workers were used
+    resources = text_of(code[2])
+    assert "'GPU': 2.0" in resources, resources
+    placed = ast.literal_eval(text_of(code[3]))  # a list of (devices, node) pairs
+    assert len(placed) == 4
+    assert {devices for devices, _ in placed} == {"0", "1"}  # both GPUs of the worker
+    assert len({node for _, node in placed}) == 1
 
-    status = text_of(cells[3])
+    status = text_of(code[4])
     assert "Phase: Ready" in status
-    assert "Workers: 2/2 ready" in status
+    assert "Workers: 1/1 ready" in status
     assert "GPUs: 2 × a100 (logical)" in status
-    assert text_of(cells[4]).strip() == "Deleted nb1."
+    assert text_of(code[5]).splitlines()[1].split()[:3] == ["quickstart", "Ready", "1/1"]
+    assert text_of(code[6]).strip() == "Deleted quickstart."
     assert processes_of_this_session() == []
 
 

@@ -34,11 +34,13 @@ def service(user: str) -> ClusterService:
 def alices_cluster() -> Iterator[str]:
     """Created the way the magics do it (directly through the service)."""
     svc = service(OWNER)
-    svc.create({"name": NAME, "workers": 0, "cpus": "1"})
-    svc.wait(NAME, lambda i: i.phase == Phase.READY, timeout=180)
-    yield NAME
-    if svc.backend.get(NAME) is not None:
-        svc.delete(NAME)
+    try:
+        svc.create({"name": NAME, "workers": 0, "cpus": "1"})
+        svc.wait(NAME, lambda i: i.phase == Phase.READY, timeout=600)
+        yield NAME
+    finally:
+        if svc.backend.get(NAME) is not None:
+            svc.delete(NAME)
 
 
 async def fetch_json(jp_fetch: Any, *path: str, user: str = OWNER, **kw: Any) -> Any:
