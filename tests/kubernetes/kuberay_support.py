@@ -84,10 +84,13 @@ def new_namespace(
     name = f"{prefix}-{uuid.uuid4().hex[:6]}"
     core = k8s_client.CoreV1Api(admin_api)
     call_json(core.create_namespace, {"metadata": {"name": name, "labels": labels or {}}})
+    # The controller-manager makes it within a second, except just after an API server
+    # restart (test_server_outage): its informers then reconnect with client-go's backoff
+    # (30 s cap, doubled by jitter), so a namespace made meanwhile waits up to ~60 s.
     wait_until(
         f"ServiceAccount default in {name}",
         lambda: core.read_namespaced_service_account("default", name),
-        timeout=30,
+        timeout=120,
     )
     try:
         yield name
