@@ -84,13 +84,12 @@ def new_namespace(
     name = f"{prefix}-{uuid.uuid4().hex[:6]}"
     core = k8s_client.CoreV1Api(admin_api)
     call_json(core.create_namespace, {"metadata": {"name": name, "labels": labels or {}}})
-    # The controller-manager makes it within a second, except just after an API server
-    # restart (test_server_outage): its informers then reconnect with client-go's backoff
-    # (30 s cap, doubled by jitter), so a namespace made meanwhile waits up to ~60 s.
+    # Made by the controller-manager within a second, or a few just after it restarted
+    # (the harness restarts it with the API server).
     wait_until(
         f"ServiceAccount default in {name}",
         lambda: core.read_namespaced_service_account("default", name),
-        timeout=120,
+        timeout=60,
     )
     try:
         yield name

@@ -505,7 +505,8 @@ class ControlPlane:
     def stop_apiserver(self, graceful: bool = True) -> None:
         """Take the apiserver down (SIGTERM, or SIGKILL if not ``graceful``).
 
-        Everything else keeps running and reconnects after ``start_apiserver()``.
+        Everything else keeps running and reconnects after ``start_apiserver()``, which
+        restarts the controller-manager (see there).
         Outages of up to about 2 minutes leave pods Ready (see NODE_MONITOR_GRACE).
         """
         proc = self._procs.pop("kube-apiserver", None)
@@ -540,7 +541,8 @@ class ControlPlane:
         self._wait_operator()
 
     def start_apiserver(self) -> None:
-        """(Re)start the apiserver: same port, certificates, tokens and etcd.
+        """(Re)start the apiserver: same port, certificates, tokens and etcd; on a restart,
+        also the controller-manager, whose view would be stale for up to a minute.
 
         From a long-lived thread, as ``start_operator``."""
         if "kube-apiserver" in self._procs:
@@ -584,6 +586,15 @@ class ControlPlane:
             timeout=120,
             check=self._check_alive,
         )
+        if "kube-controller-manager" in self._procs:
+            # A restart: the controller-manager's informers would reconnect only after
+            # client-go's backoff (up to ~60 s after a 30 s outage), and meanwhile its
+            # garbage collector and ServiceAccount controller act on a stale view (a
+            # foreground delete removed a RayCluster before its new pods; a namespace got
+            # no default ServiceAccount for 30 s). A new one starts from a fresh list.
+            self._signal_and_reap([self._procs.pop("kube-controller-manager")], 15.0)
+            self._spawn_controller_manager()
+            self._wait_healthy("controller-manager")
 
     # ---- CRDs
 
@@ -853,13 +864,12 @@ class ControlPlane:
             for node in FAKE_NODES:
                 call_json(core.create_node, node.manifest())
 
-    def _start_controllers(self) -> None:
-        assert self._binaries is not None
+    def _delegated(self) -> list[str]:
+        """Flags the controller-manager and the scheduler share."""
         admin = str(self.kubeconfig("admin"))
-        pki = self.work_dir / "pki"
         # Components run as admin: simpler than one identity each, and irrelevant to
         # what the tests check (the RBAC of ordinary users).
-        delegated = [
+        return [
             f"--kubeconfig={admin}",
             f"--authentication-kubeconfig={admin}",
             f"--authorization-kubeconfig={admin}",
@@ -868,11 +878,15 @@ class ControlPlane:
             "--leader-elect=false",
             "--bind-address=127.0.0.1",
         ]
+
+    def _spawn_controller_manager(self) -> None:
+        assert self._binaries is not None
+        pki = self.work_dir / "pki"
         self._spawn(
             "kube-controller-manager",
             [
                 str(self._binaries.kube_controller_manager),
-                *delegated,
+                *self._delegated(),
                 f"--secure-port={self._ports['controller-manager']}",
                 f"--cert-dir={self.work_dir / 'kube-controller-manager'}",
                 f"--service-account-private-key-file={pki / 'sa.key'}",
@@ -887,11 +901,16 @@ class ControlPlane:
                 f"--flex-volume-plugin-dir={self.work_dir / 'kube-controller-manager'}",
             ],
         )
+
+    def _start_controllers(self) -> None:
+        assert self._binaries is not None
+        admin = str(self.kubeconfig("admin"))
+        self._spawn_controller_manager()
         self._spawn(
             "kube-scheduler",
             [
                 str(self._binaries.kube_scheduler),
-                *delegated,
+                *self._delegated(),
                 f"--secure-port={self._ports['scheduler']}",
                 f"--cert-dir={self.work_dir / 'kube-scheduler'}",
             ],
@@ -942,20 +961,20 @@ class ControlPlane:
             check=self._check_alive,
         )
 
-    def _wait_ready(self) -> None:
+    def _wait_healthy(self, name: str) -> None:
         insecure = ssl.create_default_context()
         # The controller-manager's and scheduler's health endpoints use throwaway
         # self-signed certs; only liveness is checked, nothing secret is sent.
         insecure.check_hostname = False
         insecure.verify_mode = ssl.CERT_NONE
+        url = f"https://127.0.0.1:{self._ports[name]}/healthz"
+        wait_until(
+            f"{name} /healthz", partial(_http_ok, url, insecure), 60, check=self._check_alive
+        )
+
+    def _wait_ready(self) -> None:
         for name in ("controller-manager", "scheduler"):
-            url = f"https://127.0.0.1:{self._ports[name]}/healthz"
-            wait_until(
-                f"{name} /healthz",
-                partial(_http_ok, url, insecure),
-                60,
-                check=self._check_alive,
-            )
+            self._wait_healthy(name)
         self._wait_operator()
         with self.api_client() as api:
             core = k8s_client.CoreV1Api(api)
