@@ -509,23 +509,23 @@ class ControlPlane:
         restarts the controller-manager (see there).
         Outages of up to about 2 minutes leave pods Ready (see NODE_MONITOR_GRACE).
         """
-        proc = self._procs.pop("kube-apiserver", None)
-        if proc is None:
-            raise ControlPlaneError("kube-apiserver is not running")
-        if not graceful:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.popen.pid, signal.SIGKILL)
-        if self._signal_and_reap([proc], timeout=30.0):
-            raise ControlPlaneError("kube-apiserver survived SIGKILL")
+        self._stop("kube-apiserver", timeout=30.0, graceful=graceful)
 
     def stop_operator(self) -> None:
         """Stop the KubeRay operator: new RayClusters get no status and no pods until
         ``start_operator()``; pods it made before keep running (KWOK keeps them Ready)."""
-        proc = self._procs.pop("ray-operator", None)
+        self._stop("ray-operator", timeout=15.0)
+
+    def _stop(self, name: str, timeout: float, graceful: bool = True) -> None:
+        """Stop one component (its whole process group) and check that nothing is left."""
+        proc = self._procs.pop(name, None)
         if proc is None:
-            raise ControlPlaneError("ray-operator is not running")
-        if self._signal_and_reap([proc], timeout=15.0):
-            raise ControlPlaneError("ray-operator survived SIGKILL")
+            raise ControlPlaneError(f"{name} is not running")
+        if not graceful:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.popen.pid, signal.SIGKILL)
+        if self._signal_and_reap([proc], timeout):
+            raise ControlPlaneError(f"{name} survived SIGKILL")
 
     def start_operator(self) -> None:
         """(Re)start the KubeRay operator and wait until it is ready; it then reconciles
@@ -592,7 +592,7 @@ class ControlPlane:
             # garbage collector and ServiceAccount controller act on a stale view (a
             # foreground delete removed a RayCluster before its new pods; a namespace got
             # no default ServiceAccount for 30 s). A new one starts from a fresh list.
-            self._signal_and_reap([self._procs.pop("kube-controller-manager")], 15.0)
+            self._stop("kube-controller-manager", timeout=15.0)
             self._spawn_controller_manager()
             self._wait_healthy("controller-manager")
 
