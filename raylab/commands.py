@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import shlex
 import threading
 import time
@@ -36,6 +37,7 @@ VERBS = {
     "resume": "start a suspended cluster again",
     "logs": "the head's log",
     "dashboard": "the Ray dashboard's address",
+    "env": "shell lines that point Ray's own tools (ray job submit …) at a cluster of yours",
     "export": EXPORT_HELP,
 }
 
@@ -113,7 +115,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     up.add_argument("--max-workers", dest="max_workers", help="autoscaling upper bound")
     up.add_argument("--no-connect", dest="connect", action="store_false")
     up.add_argument("--timeout", type=_seconds, help="seconds to wait for Ready")
-    for name in ("down", "connect", "scale", "suspend", "resume", "logs", "dashboard"):
+    for name in ("down", "connect", "scale", "suspend", "resume", "logs", "dashboard", "env"):
         verb(name).add_argument("name", metavar="NAME")
     verbs.choices["scale"].add_argument("--workers", required=True)
     verbs.choices["logs"].add_argument("--tail", type=int, default=200)
@@ -297,12 +299,56 @@ class Commands:
     def do_dashboard(self, args: argparse.Namespace) -> str | None:
         service = self.service(args.backend)
         info = service.get(args.name)
-        url = service.backend.dashboard_address(info) if info.endpoints.dashboard else None
-        if url is None:
+        if not info.endpoints.dashboard:
             self.out.line(f"{info.name} has no dashboard while {info.phase}.")
+            return None
+        # On JupyterHub the kernel knows its server's path: the proxy there holds the token.
+        prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX") if self.may_connect else None
+        if prefix:
+            url = f"{prefix.rstrip('/')}/raylab/clusters/{info.name}/dashboard/"
         else:
-            self.out.link(url, f"Ray dashboard of {info.name}")
+            url = service.backend.dashboard_address(info) or info.endpoints.dashboard
+        self.out.link(url, f"Ray dashboard of {info.name}")
+        if not prefix and service.auth_token_in_use(info.name):
+            self.out.line(
+                "It asks for the cluster's Ray token: open it from JupyterLab's Ray clusters "
+                f"sidebar instead (no token needed), or see `{self.prog} env {info.name}`."
+            )
         return url
+
+    def do_env(self, args: argparse.Namespace) -> str:
+        """`export` lines for a shell; the token stays in a 0600 file, named, not shown."""
+        from .auth import AUTH_MODE_ENV, TOKEN_PATH_ENV, private_token_file
+
+        service = self.service(args.backend)
+        info = service.get(args.name)
+        token = service.auth_token(args.name)
+        if not info.endpoints.dashboard:
+            raise CommandError(f"{info.name} has no dashboard while {info.phase}")
+        lines = [f"# Ray's tools (ray job submit, ray list …) against {info.name}:"]
+        if info.backend == "kuberay" and not self.may_connect:
+            # This process's port-forward ends with it: the shell needs its own.
+            from .backends.kuberay_config import in_cluster
+
+            url = service.backend.dashboard_address(info) if in_cluster() else None
+            if url is None:
+                lines.append(
+                    f"#   first: kubectl -n {info.namespace} port-forward "
+                    f"svc/{info.name}-head-svc 8265:8265"
+                )
+                url = "http://127.0.0.1:8265"
+        else:
+            url = service.backend.dashboard_address(info)
+        lines.append(f"export RAY_ADDRESS={url}")
+        if token is None:
+            lines.append(f"export {AUTH_MODE_ENV}=disabled")
+        else:
+            path = private_token_file(f"{info.backend}-{info.namespace or 'local'}-{info.name}",
+                                      token)  # fmt: skip
+            lines += [f"export {AUTH_MODE_ENV}=token", f"export {TOKEN_PATH_ENV}={path}"]
+        text = "\n".join(lines) + "\n"
+        self.out.block(text)
+        return text
 
     def do_export(self, args: argparse.Namespace) -> Any:
         from .connect import connected_cluster
@@ -323,7 +369,8 @@ class Commands:
     def _connect(self, info: ClusterInfo, service: ClusterService) -> None:
         from .connect import connect
 
-        connect(info, address=service.backend.client_address(info))
+        token = service.auth_token(info.name)
+        connect(info, address=service.backend.client_address(info), token=token)
 
     def _connected_note(self, info: ClusterInfo) -> str:
         return (

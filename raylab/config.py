@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from traitlets import Bool, Dict, Float, Int, List, Unicode, default
+from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode, default
 from traitlets.config import Config, Configurable
 
 from .profiles import DEFAULT_PROFILES, Defaults, GpuProfile, Profiles
@@ -61,6 +61,47 @@ class Raylab(Configurable):
     )
     admin_groups = List(Unicode(), help="Groups whose members are admins.").tag(config=True)
     suppress_logical_gpu_warning = Bool(False).tag(config=True)
+    ray_auth = Enum(
+        ["token", "disabled"],
+        "token",
+        help="Ray's token authentication on every new cluster: 'token' (a random token per "
+        "cluster, given only to its owner) or 'disabled' (anyone who reaches the cluster's "
+        "ports can use it).",
+    ).tag(config=True)
+    network_policy = Bool(
+        True,
+        help="KubeRay: NetworkPolicies around every new cluster, so that only its own pods, "
+        "its owner's notebook pod, the KubeRay operator and monitoring reach its Ray ports.",
+    ).tag(config=True)
+    notebook_pod_labels = Dict(
+        Unicode(),
+        default_value={"component": "singleuser-server", "hub.jupyter.org/username": "{username}"},
+        help="KubeRay: labels of the owner's notebook pod, which may reach the head's Ray "
+        "Client and dashboard ports ({username}: the owner, made safe as a label value). "
+        "The default is what Zero to JupyterHub puts on single-user pods.",
+    ).tag(config=True)
+    notebook_namespace = Unicode(
+        "",
+        help="KubeRay: namespace of the notebook pods. Empty: this Jupyter server's own "
+        "namespace when it runs in a pod, else the cluster's.",
+    ).tag(config=True)
+    network_policy_peers = List(
+        Dict(),
+        help="KubeRay: more NetworkPolicy peers (podSelector / namespaceSelector) that may "
+        "reach the head's Ray Client and dashboard ports, e.g. a shared Jupyter server.",
+    ).tag(config=True)
+    operator_namespace = Unicode(
+        "", help="KubeRay: namespace of the KubeRay operator. Empty: any namespace."
+    ).tag(config=True)
+    operator_pod_labels = Dict(
+        Unicode(),
+        default_value={"app.kubernetes.io/name": "kuberay-operator"},
+        help="KubeRay: labels of the KubeRay operator's pod (its Helm chart's by default).",
+    ).tag(config=True)
+    monitoring_namespace = Unicode(
+        "monitoring",
+        help="KubeRay: namespace whose pods may scrape Ray's metrics port. Empty: none.",
+    ).tag(config=True)
 
     @default("state_dir")
     def _default_state_dir(self) -> str:
@@ -89,6 +130,7 @@ class Settings:
             ),
         )
         self.backend: str = os.environ.get("RAYLAB_BACKEND") or options.backend
+        self.token_auth: bool = options.ray_auth == "token"
 
     def local_state_dir(self) -> Path:
         return Path(os.environ.get("RAYLAB_STATE_DIR") or self.options.state_dir)

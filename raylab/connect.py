@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
 
+from . import auth
 from .errors import BackendUnavailable, VersionMismatch
 from .model import ClusterInfo
 
@@ -78,11 +79,17 @@ def connected_cluster() -> str | None:
     return _current.cluster if _current else None
 
 
-def connect(info: ClusterInfo, timeout: float = 60.0, address: str | None = None) -> None:
+def connect(
+    info: ClusterInfo,
+    timeout: float = 60.0,
+    address: str | None = None,
+    token: str | None = None,
+) -> None:
     """Attach this process to the cluster; a no-op when already attached to it.
 
     `address` overrides the cluster's own client endpoint (KubeRay from outside
-    Kubernetes: a local port-forward)."""
+    Kubernetes: a local port-forward); `token` is the cluster's Ray token (None for a
+    cluster made with token auth off)."""
     global _current
     address = address or info.endpoints.client
     if not address:
@@ -96,6 +103,7 @@ def connect(info: ClusterInfo, timeout: float = 60.0, address: str | None = None
     import ray
 
     disconnect()
+    auth.use_token(token)
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -105,6 +113,7 @@ def connect(info: ClusterInfo, timeout: float = 60.0, address: str | None = None
         except ConnectionError as exc:
             # The client server can take a moment after the head reports ready.
             if time.monotonic() >= deadline:
+                auth.forget_token()
                 raise BackendUnavailable(
                     f"cannot reach Ray Client of cluster {info.name!r} at {address}: {exc}",
                     detail=f"`%raycluster status {info.name}` and `%raycluster logs "
@@ -145,4 +154,6 @@ def disconnect() -> str | None:
 
         if ray.is_initialized():
             ray.shutdown()
+    if was:
+        auth.forget_token()
     return was.cluster if was else None

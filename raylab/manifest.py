@@ -93,8 +93,13 @@ def raycluster_manifest(
     service_account: str | None = None,
     head_cpus: str = "2",
     head_memory: str = "8Gi",
+    ray_env: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The RayCluster for `spec`: one head (no GPUs) and one worker group on `profile`."""
+    """The RayCluster for `spec`: one head (no GPUs) and one worker group on `profile`.
+
+    `ray_env` goes to every Ray container and the autoscaler (the token, see
+    manifest_security.py)."""
+    ray_env = ray_env or []
     python_version = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
     labels = cluster_labels(owner, spec.gpu_type)
     has_workers = spec.workers > 0 or spec.autoscaling
@@ -109,7 +114,7 @@ def raycluster_manifest(
         {"name": "client", "containerPort": CLIENT_PORT},
     ]
     head = _container(HEAD_CONTAINER, image, head_cpus, head_memory, {}, head_ports)
-    head["env"] = [{"name": k, "value": v} for k, v in CLIENT_SERVER_ENV.items()]
+    head["env"] = [{"name": k, "value": v} for k, v in CLIENT_SERVER_ENV.items()] + ray_env
     worker_resources: dict[str, str] = {}
     worker_params: dict[str, str] = {}
     if spec.gpus_per_worker:
@@ -117,6 +122,8 @@ def raycluster_manifest(
         # Explicit, so a resource key other than nvidia.com/gpu still counts as GPUs.
         worker_params["num-gpus"] = str(spec.gpus_per_worker)
     worker = _container(WORKER_CONTAINER, image, spec.cpus, spec.memory, worker_resources)
+    if ray_env:
+        worker["env"] = list(ray_env)
     low, high = (
         (spec.min_workers or 0, spec.max_workers or 0)
         if spec.autoscaling
@@ -154,6 +161,8 @@ def raycluster_manifest(
     if spec.autoscaling:
         cluster_spec["enableInTreeAutoscaling"] = True
         options: dict[str, Any] = {"securityContext": container_security_context()}
+        if ray_env:
+            options["env"] = list(ray_env)
         if spec.idle_timeout_minutes:
             seconds = spec.idle_timeout_minutes * 60
             options["idleTimeoutSeconds"] = seconds

@@ -102,7 +102,8 @@ def connect_code(info: ClusterInfo) -> str:
     """What to type elsewhere to use this cluster."""
     return (
         f"%load_ext raylab\n%raycluster connect {info.name}\n"
-        f'# or: ray.init("{info.endpoints.client}")'
+        f"# or, in a shell holding what `raylab env {info.name}` prints: "
+        f'ray.init("{info.endpoints.client}")'
     )
 
 

@@ -22,6 +22,7 @@ from .errors import (
     Forbidden,
     NotFound,
     QuotaExceeded,
+    RaylabError,
     SpecError,
     WaitTimeout,
 )
@@ -66,6 +67,26 @@ class ClusterService:
     def logs(self, name: str, tail: int = 200) -> str:
         self.get(name)
         return self.backend.logs(name, tail)
+
+    def auth_token(self, name: str) -> str | None:
+        """The cluster's Ray token, for its owner only: with it, Ray runs any code as the
+        owner, so an admin may manage the cluster but not connect to it."""
+        info = self.get(name)
+        if info.owner != self.user:
+            raise Forbidden(
+                f"only {info.owner}, who owns {name!r}, can connect to it",
+                detail="connecting runs code as the cluster's owner; admins can list, "
+                "scale, suspend and delete it",
+            )
+        return self.backend.auth_token(name)
+
+    def auth_token_in_use(self, name: str) -> bool:
+        """Whether Ray asks for a token on this cluster (anyone who may see it may know)."""
+        self.get(name)
+        try:
+            return self.backend.auth_token(name) is not None
+        except RaylabError:
+            return True  # a token is expected, only it cannot be read
 
     # --- writes -------------------------------------------------------------------
 

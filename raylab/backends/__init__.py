@@ -18,7 +18,7 @@ def make_backend(name: str, settings: Settings) -> Backend:
     if name == "local":
         from .local import LocalBackend
 
-        return LocalBackend(settings.local_state_dir())
+        return LocalBackend(settings.local_state_dir(), token_auth=settings.token_auth)
     if name == "kuberay":
         try:
             kuberay = importlib.import_module(".kuberay", __package__)

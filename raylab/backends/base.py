@@ -44,6 +44,11 @@ class Backend(Protocol):
 
     def logs(self, name: str, tail: int = 200) -> str: ...
 
+    def auth_token(self, name: str) -> str | None:
+        """The cluster's Ray token (None: a cluster made with token auth off). Only the
+        service may hand it on, and only to the cluster's owner."""
+        ...
+
     def watch(
         self, stop: threading.Event, on_health: Callable[[str | None], None] | None = None
     ) -> Iterator[ClusterEvent]:

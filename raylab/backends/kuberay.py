@@ -28,6 +28,7 @@ from ..manifest import (
     MANAGED_BY_LABEL,
     OWNER_LABEL,
     SPEC_ANNOTATION,
+    cluster_labels,
     owner_label,
     raycluster_manifest,
     spec_annotation,
@@ -39,6 +40,7 @@ from .base import ClusterEvent
 from .kuberay_config import in_cluster, load_api_client, resolve_namespace
 from .kuberay_errors import Call, api_errors, server_message, translate
 from .kuberay_portforward import Relay
+from .kuberay_security import AUTH_ANNOTATION, ClusterSecurity
 from .kuberay_status import (
     cluster_info,
     derive_status,
@@ -84,6 +86,7 @@ class KubeRayBackend:
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
         self.namespace = namespace or resolve_namespace(settings, user, context_namespace)
+        self.security = ClusterSecurity(api_client, self.namespace, settings, self._call)
 
     # --- Backend interface --------------------------------------------------------
 
@@ -94,6 +97,9 @@ class KubeRayBackend:
         image, ray_version, python_version = self.image_for(spec)
         account = self.settings.options.service_account or None
         defaults = self.settings.profiles.defaults
+        labels = cluster_labels(owner, spec.gpu_type)
+        # Secret and NetworkPolicies first: no Ray pod runs without its token, or unfenced.
+        made = self.security.prepare(spec.name, owner, labels)
         body = raycluster_manifest(
             spec,
             profile,
@@ -105,10 +111,18 @@ class KubeRayBackend:
             service_account=account,
             head_cpus=defaults.head_cpus,
             head_memory=defaults.head_memory,
+            ray_env=made.ray_env,
         )
-        with api_errors(self._call("create", PLURAL, spec.name)):
-            obj = self._json(self.custom.create_namespaced_custom_object, *RAY, self.namespace,
-                             PLURAL, body)  # fmt: skip
+        if made.secret:
+            body["metadata"]["annotations"][AUTH_ANNOTATION] = "token"
+        try:
+            with api_errors(self._call("create", PLURAL, spec.name)):
+                obj = self._json(self.custom.create_namespaced_custom_object, *RAY,
+                                 self.namespace, PLURAL, body)  # fmt: skip
+        except Exception:
+            self.security.discard(made)
+            raise
+        self.security.adopt(made, obj)
         return cluster_info(obj, in_cluster=in_cluster())
 
     def get(self, name: str) -> ClusterInfo | None:
@@ -215,6 +229,12 @@ class KubeRayBackend:
             ) from None
         text = str(response.data.decode(errors="replace"))
         return text if text.endswith("\n") or not text else text + "\n"
+
+    def auth_token(self, name: str) -> str | None:
+        obj = self._require(name)
+        if (obj["metadata"].get("annotations") or {}).get(AUTH_ANNOTATION) != "token":
+            return None
+        return self.security.read_token(name)
 
     def watch(
         self, stop: threading.Event, on_health: Callable[[str | None], None] | None = None

@@ -36,7 +36,9 @@ class Call:
 
     @property
     def group(self) -> str:
-        return "ray.io" if self.resource.startswith("rayclusters") else ""
+        if self.resource.startswith("rayclusters"):
+            return "ray.io"
+        return "networking.k8s.io" if self.resource == "networkpolicies" else ""
 
 
 def translate(exc: BaseException, call: Call) -> RaylabError | None:

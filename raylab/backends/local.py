@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import auth
 from ..errors import BackendUnavailable, Conflict, NotFound, SpecError
 from ..model import ClusterInfo, Endpoints, Phase
 from ..spec import ClusterSpec, parse_quantity
@@ -71,6 +72,9 @@ class _State:
     suspended: bool = False
     deleting: bool = False
     logical_gpus: bool = False
+    # "token": every node checks the cluster's token (auth.TOKEN_FILE beside this file);
+    # "disabled" for clusters made with auth off, or before raylab had it.
+    auth: str = "disabled"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -84,6 +88,7 @@ class _State:
             "suspended": self.suspended,
             "deleting": self.deleting,
             "logical_gpus": self.logical_gpus,
+            "auth": self.auth,
         }
 
     @classmethod
@@ -99,6 +104,7 @@ class _State:
             suspended=data.get("suspended", False),
             deleting=data.get("deleting", False),
             logical_gpus=data.get("logical_gpus", False),
+            auth=data.get("auth", "disabled"),
         )
 
 
@@ -108,9 +114,12 @@ class LocalBackend:
     # exits after that, or never came up in its tries, stays down.
     restarts_nodes = False
 
-    def __init__(self, state_dir: Path, ray_executable: str | None = None) -> None:
+    def __init__(
+        self, state_dir: Path, ray_executable: str | None = None, *, token_auth: bool = True
+    ) -> None:
         self.state_dir = Path(state_dir)
         self.ray = ray_executable or _find_ray()
+        self.token_auth = token_auth
 
     # --- state folder -------------------------------------------------------------
 
@@ -178,6 +187,7 @@ class LocalBackend:
                 ports={},
                 nodes=[],
                 logical_gpus=spec.gpus > physical_gpu_count(),
+                auth="token" if self.token_auth else "disabled",
             )
             self._start_nodes(spec.name, state)
         return self._info(spec.name, state)
@@ -248,6 +258,12 @@ class LocalBackend:
             text += f"\n[raylab] Ray's own logs for this cluster: {session.group(1)}/logs\n"
         return text
 
+    def auth_token(self, name: str) -> str | None:
+        state = self._require(name)
+        if state.auth != "token":
+            return None
+        return auth.read_token_file(self._token_path(name), name)
+
     def client_address(self, info: ClusterInfo) -> str | None:
         return info.endpoints.client
 
@@ -280,6 +296,19 @@ class LocalBackend:
             raise NotFound(f"no cluster named {name!r}")
         return state
 
+    def _token_path(self, name: str) -> Path:
+        return self._dir(name) / auth.TOKEN_FILE
+
+    def _auth_env(self, name: str, state: _State) -> dict[str, str]:
+        if state.auth != "token":
+            return {}
+        path = self._token_path(name)
+        if not path.is_file():
+            # A new cluster, or one whose token was lost: the nodes about to start get a
+            # new one (a resume is how a user replaces a lost token).
+            auth.write_token_file(path, auth.new_token())
+        return auth.node_env(path)
+
     def _start_nodes(self, name: str, state: _State) -> None:
         """Start the head and the workers (whose supervisors wait for the head to be up)."""
         ports = self._ports()
@@ -297,7 +326,8 @@ class LocalBackend:
             f"--num-cpus={head_cpus}",
             "--num-gpus=0",
         ]
-        state.nodes = [self._spawn(name, "head", 0, args, {}, ports, [])]
+        env = self._auth_env(name, state)
+        state.nodes = [self._spawn(name, "head", 0, args, env, ports, [])]
         self._start_workers(name, state, range(1, spec.workers + 1), ports)
         self._write(name, state)
 
@@ -309,7 +339,7 @@ class LocalBackend:
         per_worker = spec.gpus_per_worker
         physical = physical_gpu_count()
         for i in indexes:
-            env: dict[str, str] = {}
+            env = self._auth_env(name, state)
             devices = range((i - 1) * per_worker, i * per_worker)
             if per_worker and devices.stop <= physical:
                 # Each worker node gets its own slice of the real devices.

@@ -16,10 +16,12 @@ from typing import Any
 
 import psutil
 
+from ..auth import AUTH_ENV
 from ..connect import CLIENT_SERVER_ENV
 
-# Ray's variables a kernel may carry that must not leak into a new cluster's processes.
-_STRIP_ENV = ("RAY_ADDRESS", "RAY_NAMESPACE", "RAY_JOB_CONFIG_JSON_ENV_VAR")
+# Ray's variables a kernel may carry that must not leak into a new cluster's processes
+# (among them the token of the cluster the kernel is connected to).
+_STRIP_ENV = ("RAY_ADDRESS", "RAY_NAMESPACE", "RAY_JOB_CONFIG_JSON_ENV_VAR", *AUTH_ENV)
 _RAY_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
     # `down` means now: skip Ray's 30 s drain on SIGTERM (meant for Serve upgrades).
@@ -32,8 +34,9 @@ _RAY_ENV = {
     # that crashes is still reported at once (its exit is watched, not this limit).
     "RAY_DASHBOARD_STARTUP_TIMEOUT_S": "600",
     # Ray 2.60 turns token auth on for `ray start` whenever ~/.ray/auth_token exists
-    # (any local `ray.init()` writes one): state it, so a cluster behaves the same on
-    # every machine. The dashboard stays on 127.0.0.1; see the README on security.
+    # (any local `ray.init()` writes one): state it, so a cluster made with auth off
+    # behaves the same on every machine. Clusters with a token (the default) replace it
+    # with their own (local.py); see the README on security.
     "RAY_AUTH_MODE": "disabled",
     **CLIENT_SERVER_ENV,
 }

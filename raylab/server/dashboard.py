@@ -1,7 +1,10 @@
 """The Ray dashboard behind Jupyter's auth: HTTP and websockets, through jupyter-server-proxy.
 
 The browser never needs a route to the cluster network; the server resolves the
-cluster's dashboard address itself and refuses anyone who may not see the cluster.
+cluster's dashboard address itself and refuses anyone who may not see the cluster. Ray's
+token stays on the server: the proxy adds it to each request (`X-Ray-Authorization`,
+which Ray's dashboard reads for proxies), drops whatever token a browser sends, and never
+lets Ray's login cookie through to the browser.
 """
 
 from __future__ import annotations
@@ -15,17 +18,21 @@ from jupyter_server.utils import url_path_join
 from jupyter_server_proxy.handlers import ProxyHandler
 from tornado import web
 
-from ..errors import SpecError
+from ..auth import PROXY_HEADER, TOKEN_COOKIE, bearer
+from ..errors import RaylabError, SpecError
 from ..model import ClusterInfo
 from ..spec import validate_name
 from .cache import ClusterCache
 from .handlers import owner_name
 
-_JUPYTER_CREDENTIALS = ("Authorization", "Cookie", "X-XSRFToken")
+# Jupyter's credentials are for Jupyter, and a browser's own Ray token is not trusted.
+_STRIPPED = ("Authorization", "Cookie", "X-XSRFToken", PROXY_HEADER)
 
 
 class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library is untyped
     """`<base_url>raylab/clusters/<name>/dashboard/<path>` -> the cluster's dashboard."""
+
+    _ray_token: str | None = None
 
     async def _target(self, name: str) -> tuple[str, int]:
         try:
@@ -43,20 +50,36 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
             raise web.HTTPError(404, f"no cluster named {name!r}")
         if not info.endpoints.dashboard:
             raise web.HTTPError(503, f"cluster {name!r} has no dashboard while {info.phase}")
-        # Outside Kubernetes this opens (once) a port-forward: off the event loop.
-        address = await asyncio.get_running_loop().run_in_executor(
-            None, cache.backend.dashboard_address, info
-        )
+        loop = asyncio.get_running_loop()
+        # Outside Kubernetes this opens (once) a port-forward; the token may be a Secret to
+        # read: both off the event loop.
+        address = await loop.run_in_executor(None, cache.backend.dashboard_address, info)
+        try:
+            self._ray_token = await loop.run_in_executor(None, cache.backend.auth_token, name)
+        except RaylabError as err:
+            raise web.HTTPError(err.status, err.message) from None
         url = urlparse(address or info.endpoints.dashboard)
         host, port = url.hostname or "127.0.0.1", url.port or 8265
         # Only this cluster's own dashboard may be reached through this route.
         self.host_allowlist = [host]
         # Jupyter's credentials are for Jupyter: never hand them to the cluster (and Ray's
         # dashboard refuses an Authorization header it did not issue).
-        for header in _JUPYTER_CREDENTIALS:
+        for header in _STRIPPED:
             self.request.headers.pop(header, None)
         self.proxy_base = url_path_join("raylab", "clusters", name, "dashboard")
         return host, port
+
+    def get_request_headers_override(self) -> dict[str, str]:
+        return {PROXY_HEADER: bearer(self._ray_token)} if self._ray_token else {}
+
+    # Both ways the proxy copies the dashboard's headers (buffered and streamed responses).
+    def add_header(self, name: str, value: Any) -> None:
+        if not _token_cookie(name, value):
+            super().add_header(name, value)
+
+    def set_header(self, name: str, value: Any) -> None:
+        if not _token_cookie(name, value):
+            super().set_header(name, value)
 
     async def http_get(self, name: str, path: str = "") -> Any:
         host, port = await self._target(name)
@@ -99,3 +122,7 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
     async def _forward(self, name: str, path: str) -> Any:
         host, port = await self._target(name)
         return await self.proxy(host, port, "/" + (path or ""))
+
+
+def _token_cookie(name: str, value: Any) -> bool:
+    return name.lower() == "set-cookie" and str(value).lstrip().startswith(f"{TOKEN_COOKIE}=")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -99,11 +100,31 @@ def test_another_users_name_is_refused(up_output: str) -> None:
 
 
 def test_dashboard_serves_the_ray_dashboard(shell: InteractiveShell, up_output: str) -> None:
-    text = run(shell, f"dashboard {NAME}")
-    url = text.split(": ", 1)[1].strip()
+    link, note = run(shell, f"dashboard {NAME}").splitlines()
+    url = link.split(": ", 1)[1].strip()
     assert url.startswith("http://127.0.0.1:")
-    with urllib.request.urlopen(url + "/api/version", timeout=30) as resp:
+    assert note.startswith("It asks for the cluster's Ray token: open it from JupyterLab's")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(url + "/api/version", timeout=30)
+    assert refused.value.code == 401
+    env = dict(
+        ln.removeprefix("export ").split("=", 1)
+        for ln in run(shell, f"env {NAME}").splitlines()
+        if ln.startswith("export ")
+    )
+    token = Path(env["RAY_AUTH_TOKEN_PATH"]).read_text()
+    owner = {"Authorization": f"Bearer {token}"}
+    request = urllib.request.Request(url + "/api/version", headers=owner)
+    with urllib.request.urlopen(request, timeout=30) as resp:
         assert json.load(resp)["ray_version"].startswith("2.60")
+
+
+def test_dashboard_on_jupyterhub_links_the_proxy(
+    shell: InteractiveShell, up_output: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_PREFIX", "/user/alice/")
+    text = run(shell, f"dashboard {NAME}")
+    assert text.strip() == f"Ray dashboard of {NAME}: /user/alice/raylab/clusters/{NAME}/dashboard/"
 
 
 def test_logs_show_the_head_log(shell: InteractiveShell, up_output: str) -> None:
