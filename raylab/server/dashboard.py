@@ -10,13 +10,16 @@ lets Ray's login cookie through to the browser.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from typing import Any
 from urllib.parse import urlparse
 
 from jupyter_server.auth.decorator import ws_authenticated
 from jupyter_server.utils import url_path_join
+from jupyter_server_proxy import handlers as proxy_handlers
 from jupyter_server_proxy.handlers import ProxyHandler
-from tornado import web
+from jupyter_server_proxy.websocket import PingableWSClientConnection
+from tornado import httpclient, httputil, web
 
 from ..auth import PROXY_HEADER, TOKEN_COOKIE, bearer
 from ..errors import RaylabError, SpecError
@@ -33,6 +36,7 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
     """`<base_url>raylab/clusters/<name>/dashboard/<path>` -> the cluster's dashboard."""
 
     _ray_token: str | None = None
+    _upstream: tuple[str, int] | None = None
 
     async def _target(self, name: str) -> tuple[str, int]:
         try:
@@ -86,14 +90,18 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
         return await self.proxy(host, port, "/" + (path or ""))
 
     async def open(self, name: str, path: str = "") -> Any:
-        host, port = await self._target(name)
+        host, port = self._upstream or await self._target(name)
+        _uncompressed.set(True)  # this task only: see _connect_upstream
         return await self.proxy_open(host, port, "/" + (path or ""))
 
     # jupyter-server-proxy's prepare() already refuses anonymous requests; the decorators
     # say so to jupyter_server's audit of unauthenticated endpoints too.
     @ws_authenticated
-    async def get(self, *args: Any, **kwargs: Any) -> Any:
-        return await super().get(*args, **kwargs)
+    async def get(self, name: str, path: str = "") -> Any:
+        if self.request.headers.get("Upgrade", "").lower() == "websocket":
+            # Refuse (404, 503) before the handshake: after it, an error only closes.
+            self._upstream = await self._target(name)
+        return await super().get(name, path)
 
     @web.authenticated
     async def post(self, name: str, path: str = "") -> Any:
@@ -126,3 +134,40 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
 
 def _token_cookie(name: str, value: Any) -> bool:
     return name.lower() == "set-cookie" and str(value).lstrip().startswith(f"{TOKEN_COOKIE}=")
+
+
+# jupyter-server-proxy offers permessage-deflate to the upstream server; Ray's dashboard
+# (aiohttp) accepts, and Tornado's client then drops the dashboard's first messages (a
+# job's log tail came back empty). For our proxy only, the upstream link is uncompressed;
+# the browser's own link to Jupyter may still be compressed.
+_uncompressed: contextvars.ContextVar[bool] = contextvars.ContextVar("raylab_ws", default=False)
+_library_connect = proxy_handlers.pingable_ws_connect
+
+
+def _connect_upstream(
+    request: Any = None,
+    on_message_callback: Any = None,
+    on_ping_callback: Any = None,
+    subprotocols: Any = None,
+    resolver: Any = None,
+) -> Any:
+    if not _uncompressed.get():
+        return _library_connect(
+            request=request, on_message_callback=on_message_callback,
+            on_ping_callback=on_ping_callback, subprotocols=subprotocols, resolver=resolver,
+        )  # fmt: skip
+    request.headers = httputil.HTTPHeaders(request.headers)
+    request = httpclient._RequestProxy(request, httpclient.HTTPRequest._DEFAULTS)
+    conn = PingableWSClientConnection(
+        request=request,
+        compression_options=None,
+        on_message_callback=on_message_callback,
+        on_ping_callback=on_ping_callback,
+        max_message_size=10 * 1024 * 1024,
+        subprotocols=subprotocols,
+        **({"resolver": resolver} if resolver else {}),
+    )
+    return conn.connect_future
+
+
+proxy_handlers.pingable_ws_connect = _connect_upstream

@@ -103,6 +103,42 @@ async def test_dashboard_is_proxied(jp_fetch: Any, alices_cluster: str) -> None:
     with pytest.raises(HTTPClientError) as err:
         await jp_fetch("raylab", "clusters", NAME, "dashboard", "", headers=as_user("bob"))
     assert err.value.code == 404
+    # The same dashboard fetched directly, without the token that the proxy adds: refused.
+    direct = service(OWNER).get(NAME).endpoints.dashboard
+    with pytest.raises(HTTPClientError) as err:
+        await AsyncHTTPClient().fetch(f"{direct}/api/version")
+    assert err.value.code == 401
+    # A token the browser sends is not passed on (only the server's own is).
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch("raylab", "clusters", NAME, "dashboard", "api", "authenticate",
+                       method="POST", body="", headers={**as_user(OWNER),
+                       "X-Ray-Authorization": "Bearer guess"})  # fmt: skip
+    assert err.value.code == 401  # Ray's login saw no token: it never sets its cookie
+
+
+async def test_dashboard_websocket_is_proxied(
+    jp_fetch: Any, jp_ws_fetch: Any, alices_cluster: str
+) -> None:
+    """A job's live log: the dashboard's websocket, through the proxy, with the token."""
+    body = json.dumps({"entrypoint": "echo hello-from-a-job"})
+    job = await fetch_json(
+        jp_fetch, "clusters", NAME, "dashboard", "api", "jobs/", method="POST", body=body
+    )
+    tail = ("raylab", "clusters", NAME, "dashboard", "api", "jobs", job["submission_id"])
+    ws = await jp_ws_fetch(*tail, "logs", "tail", headers=as_user(OWNER))
+    text = ""
+    try:
+        while "hello-from-a-job" not in text:
+            message = await asyncio.wait_for(ws.read_message(), timeout=300)
+            if message is None:  # the dashboard closes it once the job's log is complete
+                break
+            text += message
+    finally:
+        ws.close()
+    assert "hello-from-a-job" in text
+    with pytest.raises(HTTPClientError) as err:
+        await jp_ws_fetch(*tail, "logs", "tail", headers=as_user("bob"))
+    assert err.value.code == 404
 
 
 @pytest.mark.parametrize(
