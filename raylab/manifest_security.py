@@ -122,7 +122,9 @@ def network_policies(
 
 def peer(pod_labels: Mapping[str, str], namespace: str | None) -> dict[str, Any]:
     """A NetworkPolicy peer: pods with `pod_labels` in `namespace` (None: in any)."""
-    selector: dict[str, Any] = {"podSelector": {"matchLabels": dict(pod_labels)}}
+    # An empty selector selects everything (and is stored as `{}`, so it is written so).
+    pods = {"matchLabels": dict(pod_labels)} if pod_labels else {}
+    selector: dict[str, Any] = {"podSelector": pods}
     if namespace is None:
         selector["namespaceSelector"] = {}
     else:

@@ -56,15 +56,17 @@ def grant(
     binding["subjects"] = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
     call_json(rbac.create_namespaced_role_binding, namespace, binding)
 
+    probe = role["rules"][0]  # one right the Role grants, to know when the binding applies
+
     def allowed() -> bool:
         review = {
             "spec": {
                 "user": user,
                 "resourceAttributes": {
                     "namespace": namespace,
-                    "verb": "watch",
-                    "group": "ray.io",
-                    "resource": "rayclusters",
+                    "verb": probe["verbs"][0],
+                    "group": probe["apiGroups"][0],
+                    "resource": probe["resources"][0],
                 },
             }
         }
@@ -73,7 +75,7 @@ def grant(
         )
         return bool(body["status"].get("allowed"))
 
-    wait_until(f"{user} may use rayclusters in {namespace}", allowed, timeout=30)
+    wait_until(f"{user} may use {probe['resources'][0]} in {namespace}", allowed, timeout=30)
 
 
 @contextlib.contextmanager
