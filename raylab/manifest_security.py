@@ -47,13 +47,14 @@ def token_secret(
     }
 
 
-def auth_env(cluster: str) -> list[dict[str, Any]]:
-    """The env entries every Ray container (head, workers, autoscaler) carries."""
+def auth_env(secret: str) -> list[dict[str, Any]]:
+    """The env entries every Ray container (head, workers, autoscaler) carries, reading
+    the token from the Secret named `secret`."""
     return [
         {"name": AUTH_MODE_ENV, "value": "token"},
         {
             "name": TOKEN_ENV,
-            "valueFrom": {"secretKeyRef": {"name": secret_name(cluster), "key": SECRET_KEY}},
+            "valueFrom": {"secretKeyRef": {"name": secret, "key": SECRET_KEY}},
         },
     ]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -17,7 +18,7 @@ from typing import Any
 
 from ..auth import SECRET_KEY, TokenError, new_token
 from ..config import Settings
-from ..errors import Conflict
+from ..errors import BackendUnavailable, Conflict, Forbidden
 from ..manifest import owner_label
 from ..manifest_security import (
     auth_env,
@@ -35,6 +36,7 @@ REQUEST_TIMEOUT = (5.0, 30.0)
 SECRETS, POLICIES = "secrets", "networkpolicies"  # as RBAC and error messages name them
 _METHODS = {SECRETS: "namespaced_secret", POLICIES: "namespaced_network_policy"}
 LEFTOVER_AGE_S = 120.0  # far longer than a create takes from its first object to its last
+ADOPT_PATIENCE_S = 120.0  # how long a create waits out an API server outage to finish
 
 
 @dataclass
@@ -76,7 +78,7 @@ class ClusterSecurity:
                 secret = token_secret(cluster, self.namespace, new_token(), labels)
                 self._create(cluster, SECRETS, secret)
                 made.secret = secret["metadata"]["name"]
-                made.ray_env = auth_env(cluster)
+                made.ray_env = auth_env(made.secret)
             if self.settings.options.network_policy:
                 for policy in self._policies(cluster, owner, labels):
                     self._create(cluster, POLICIES, policy)
@@ -87,13 +89,26 @@ class ClusterSecurity:
         return made
 
     def adopt(self, made: Prepared, raycluster: dict[str, Any]) -> None:
-        """Make the RayCluster the owner of what `prepare` made."""
+        """Make the RayCluster the owner of what `prepare` made.
+
+        The cluster exists by now, so an API server that goes away meanwhile is waited
+        for (up to ADOPT_PATIENCE_S): unowned, these objects would outlive the cluster.
+        """
         patch = {"metadata": {"ownerReferences": [owner_reference(raycluster)]}}
+        deadline = time.monotonic() + ADOPT_PATIENCE_S
         for resource, name in made.objects():
-            with api_errors(self._call("patch", resource, name)):
-                self._api("patch", resource)(
-                    name, self.namespace, patch, _request_timeout=REQUEST_TIMEOUT
-                )
+            while True:
+                try:
+                    with api_errors(self._call("patch", resource, name)):
+                        self._api("patch", resource)(
+                            name, self.namespace, patch, _request_timeout=REQUEST_TIMEOUT
+                        )
+                    break
+                except (BackendUnavailable, Forbidden):
+                    # Forbidden too: a restarting API server refuses until its RBAC is back.
+                    if time.monotonic() >= deadline:
+                        raise
+                    time.sleep(1.0)
 
     def discard(self, made: Prepared) -> None:
         """Remove what a failed create made (best effort: the create's error matters more)."""

@@ -18,6 +18,7 @@ from typing import Any
 from ..config import Settings
 from ..connect import default_image, kernel_versions
 from ..manifest import MANAGED_BY_LABEL, OWNER_LABEL, raycluster_manifest, versions_from_image
+from ..manifest_security import auth_env, secret_name
 from ..model import ClusterInfo
 from ..profiles import GpuProfile
 from ..spec import ClusterSpec
@@ -98,8 +99,16 @@ def _namespace(settings: Settings) -> str:
     return "default"  # a per-user template cannot be resolved for a pipeline: the admin sets it
 
 
+def token_secret_name(pipeline: str) -> str:
+    """The Secret (key `auth_token`) whose token every run's cluster checks: one per
+    pipeline, made once where the RayJobs run (EXPORT.md says how). Pipeline names are
+    Python identifiers; Kubernetes names take `-` where they have `_`."""
+    return secret_name(pipeline.replace("_", "-").lower())
+
+
 def ray_cluster_spec(target: ClusterTarget, pipeline: str) -> dict[str, Any]:
-    """dagster-ray `RayClusterSpec` keyword arguments for the target cluster."""
+    """dagster-ray `RayClusterSpec` keyword arguments for the target cluster, with Ray's
+    token auth on, as on the notebook's clusters."""
     manifest = raycluster_manifest(
         target.spec,
         target.profile,
@@ -111,6 +120,7 @@ def ray_cluster_spec(target: ClusterTarget, pipeline: str) -> dict[str, Any]:
         service_account=target.service_account,
         head_cpus=target.head_cpus,
         head_memory=target.head_memory,
+        ray_env=auth_env(token_secret_name(pipeline)),
     )
     fields = {_snake(key): copy.deepcopy(value) for key, value in manifest["spec"].items()}
     unknown = sorted(set(fields) - KNOWN_FIELDS)

@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Conflict
-from .cluster import PIPELINE_LABEL, READY_TIMEOUT, ClusterTarget, ray_cluster_spec
+from .cluster import (
+    PIPELINE_LABEL,
+    READY_TIMEOUT,
+    ClusterTarget,
+    ray_cluster_spec,
+    token_secret_name,
+)
 from .codegen import Module, StepPlan
 from .errors import ExportError
 from .model import Analysis
@@ -92,6 +98,7 @@ def project_files(p: Project, report: str) -> dict[str, str]:
             memory=spec.memory,
             ready_timeout=READY_TIMEOUT,
             labels={PIPELINE_LABEL: p.name},
+            token_secret=token_secret_name(p.name),
             ray_cluster_spec=fields,
             requirements=a.requirements,
             env_names=a.env_names,

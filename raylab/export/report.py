@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .cluster import ClusterTarget
+from .cluster import ClusterTarget, token_secret_name
 from .codegen import StepPlan
 from .model import Analysis
 
@@ -56,6 +56,8 @@ def build_report(
         "`local`: Ray on this machine |",
         f"| `RAYLAB_RAY_NAMESPACE` | namespace of the RayJobs (default `{target.namespace}`) |",
         "| `RAY_ADDRESS` | with `local`: an existing Ray to use instead of a private one |",
+        "| `RAY_AUTH_MODE`, `RAY_AUTH_TOKEN` | with `kuberay`: `token`, and the token in the "
+        f"Secret `{token_secret_name(name)}` (below), which Ray Client presents |",
     ]
     lines += [f"| `{n}` | read by the notebook; passed to Ray workers (`dg.EnvVar`) |"
               for n in a.env_names]  # fmt: skip
@@ -84,6 +86,17 @@ def build_report(
         "Kubernetes' camelCase inside); `resources.py` makes each step's RayJob from it, in "
         "interactive mode (KubeRay 1.3 or later), without a fixed name, and waits up to "
         "30 minutes for it.",
+        "",
+        "Ray's token authentication is on, as on the notebook's clusters: every Ray "
+        f"container reads the token from the Secret `{token_secret_name(name)}` (key "
+        "`auth_token`), and the Dagster run presents it (`RAY_AUTH_MODE=token`, "
+        "`RAY_AUTH_TOKEN`). Make the Secret once in that namespace, and give its value to "
+        "the runs' environment:",
+        "",
+        "```sh",
+        f"kubectl -n {target.namespace} create secret generic {token_secret_name(name)} "
+        "--from-literal=auth_token=$(openssl rand -hex 32)",
+        "```",
         "",
         "## Cells",
         "",

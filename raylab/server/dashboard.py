@@ -38,7 +38,7 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
     _ray_token: str | None = None
     _upstream: tuple[str, int] | None = None
 
-    async def _target(self, name: str) -> tuple[str, int]:
+    async def _target(self, name: str, *, write: bool = False) -> tuple[str, int]:
         try:
             validate_name(name)
         except SpecError as err:
@@ -52,6 +52,9 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
         admin = user in settings.options.admin_users
         if info is None or not (admin or info.owner == user):
             raise web.HTTPError(404, f"no cluster named {name!r}")
+        if write and info.owner != user:
+            # The proxy acts with the owner's token: an admin may look, not submit jobs.
+            raise web.HTTPError(403, f"only {info.owner} can change {name!r} through its dashboard")
         if not info.endpoints.dashboard:
             raise web.HTTPError(503, f"cluster {name!r} has no dashboard while {info.phase}")
         loop = asyncio.get_running_loop()
@@ -128,7 +131,7 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
         return await self._forward(name, path)
 
     async def _forward(self, name: str, path: str) -> Any:
-        host, port = await self._target(name)
+        host, port = await self._target(name, write=self.request.method not in ("HEAD", "OPTIONS"))
         return await self.proxy(host, port, "/" + (path or ""))
 
 

@@ -97,6 +97,13 @@ def test_gpu_cluster_becomes_a_kuberay_interactive_job(load: Any) -> None:
     assert head["image"] == cluster.IMAGE
     assert "nvidia.com/gpu" not in head["resources"]["limits"]
     assert {p["containerPort"] for p in head["ports"]} >= {10001}  # Ray Client, as RayResource
+    # Ray's token auth, from the pipeline's Secret, on every Ray container.
+    assert cluster.TOKEN_SECRET == "gpu-mapping-ray-token"
+    for container in (head, pod["containers"][0]):
+        auth = {e["name"]: e for e in container["env"] if e["name"].startswith("RAY_AUTH")}
+        assert auth["RAY_AUTH_MODE"]["value"] == "token"
+        ref = auth["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]
+        assert ref == {"name": "gpu-mapping-ray-token", "key": "auth_token"}
     dg.Definitions.validate_loadable(m["definitions"].defs)
 
 

@@ -170,16 +170,17 @@ def test_forbidden_names_verb_resource_namespace_and_the_doc(
     bob_api: k8s_client.ApiClient, namespace: str
 ) -> None:
     bob = KubeRayBackend(SETTINGS, api_client=bob_api, namespace=namespace)
-    for attempt, verb in (
-        (bob.list, "list"),
-        (lambda: bob.get("x"), "get"),
-        (lambda: bob.create(spec("x"), "bob"), "create"),
-        (lambda: next(bob.watch(Recorder.never())), "list"),  # a watch lists first
+    for attempt, verb, what in (
+        (bob.list, "list", "rayclusters.ray.io"),
+        (lambda: bob.get("x"), "get", "rayclusters.ray.io"),
+        # A create first makes the cluster's token Secret, so that is what is refused.
+        (lambda: bob.create(spec("x"), "bob"), "create", "secrets"),
+        (lambda: next(bob.watch(Recorder.never())), "list", "rayclusters.ray.io"),
     ):
         with pytest.raises(Forbidden) as denied:
             attempt()
         assert str(denied.value) == (
-            f"Kubernetes does not allow you to {verb} rayclusters.ray.io in namespace {namespace!r}"
+            f"Kubernetes does not allow you to {verb} {what} in namespace {namespace!r}"
         )
         detail = str(denied.value.detail)
         assert detail.startswith("ask your admin to grant the Role in docs/kubernetes-rbac.md")

@@ -139,6 +139,12 @@ async def test_dashboard_websocket_is_proxied(
     with pytest.raises(HTTPClientError) as err:
         await jp_ws_fetch(*tail, "logs", "tail", headers=as_user("bob"))
     assert err.value.code == 404
+    # An admin may look (the job's status), not act with the owner's token.
+    seen = await fetch_json(jp_fetch, *tail[1:], user="admin")
+    assert seen["entrypoint"] == "echo hello-from-a-job"
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch(*tail, "stop", method="POST", body="", headers=as_user("admin"))
+    assert err.value.code == 403
 
 
 @pytest.mark.parametrize(
