@@ -45,6 +45,8 @@ from raylab.connect import CLIENT_SERVER_ENV
 
 # The same Ray Client settings as raylab's heads (see connect.py): without them Ray
 # Client's proxy now and then loses a client's server and that connect waits 30 s.
+# And a token, as every raylab cluster has: the node and this driver both present it.
+os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=os.urandom(32).hex())
 env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", **CLIENT_SERVER_ENV)
 t0 = time.perf_counter()
 starter = subprocess.Popen(
@@ -71,12 +73,11 @@ print("ELAPSED", elapsed)
 """
 
 
-def measure(code: str, state_dir: str) -> float:
-    # Both sides with Ray's token auth off, as raylab's local clusters run (a raw
-    # `ray start` would otherwise turn it on when ~/.ray/auth_token exists).
+def measure(code: str, state_dir: str, **extra_env: str) -> float:
+    # Both sides with Ray's token auth on, as raylab's clusters run by default (raylab
+    # gives its nodes and the kernel their own token; the raw side makes one).
     env = dict(
-        os.environ, RAYLAB_STATE_DIR=state_dir, RAY_USAGE_STATS_ENABLED="0",
-        RAY_AUTH_MODE="disabled",
+        os.environ, RAYLAB_STATE_DIR=state_dir, RAY_USAGE_STATS_ENABLED="0", **extra_env
     )  # fmt: skip
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900

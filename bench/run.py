@@ -7,6 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_auth
 import bench_import
 import bench_load
 import bench_ready_latency
@@ -19,6 +20,7 @@ from report import emit
 BENCHES = {
     "import": bench_import.run,
     "up": bench_up.run,
+    "auth": bench_auth.run,
     "startup": bench_startup.run,
     "ready_latency": bench_ready_latency.run,
     "server": bench_server.run,

@@ -94,6 +94,21 @@ async def test_logs(jp_fetch: Any, alices_cluster: str) -> None:
     assert (code, err["detail"]) == (422, "tail")
 
 
+async def test_the_token_never_leaves_the_server(jp_fetch: Any, alices_cluster: str) -> None:
+    token = service(OWNER).auth_token(NAME)
+    assert token
+    answers = [
+        await jp_fetch("raylab", "clusters", headers=as_user(OWNER)),
+        await jp_fetch("raylab", "clusters", NAME, headers=as_user(OWNER)),
+        await jp_fetch("raylab", "clusters", NAME, "logs", headers=as_user(OWNER)),
+        await jp_fetch("raylab", "profiles", headers=as_user(OWNER)),
+        await jp_fetch("raylab", "clusters", NAME, "dashboard", "", headers=as_user(OWNER)),
+    ]
+    for answer in answers:
+        assert token not in answer.body.decode()
+        assert token not in str(answer.headers)
+
+
 async def test_dashboard_is_proxied(jp_fetch: Any, alices_cluster: str) -> None:
     page = await jp_fetch("raylab", "clusters", NAME, "dashboard", "", headers=as_user(OWNER))
     assert page.code == 200

@@ -241,6 +241,15 @@ test('create in the dialog, connect a notebook, run Ray on it, delete', async ({
       { timeout: 30_000 }
     )
     .toMatch(/Ray/);
+  // The cluster checks a token, which the proxy adds: the dashboard's own API calls
+  // succeed and it never asks the browser for the token.
+  const dashboard = page
+    .frames()
+    .find(f => f.url().includes('/raylab/clusters/ui-journey/dashboard/'))!;
+  await dashboard.waitForLoadState('networkidle');
+  await expect(
+    dashboard.getByText('Authentication Token Required')
+  ).toHaveCount(0);
 
   const sidebar = page.locator('#raylab-clusters');
   const content = sidebar.locator('.jp-raylab-panel');
