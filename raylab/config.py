@@ -61,6 +61,16 @@ class Raylab(Configurable):
     )
     admin_groups = List(Unicode(), help="Groups whose members are admins.").tag(config=True)
     suppress_logical_gpu_warning = Bool(False).tag(config=True)
+    working_dir_max_mib = Int(
+        100,
+        help="Largest working directory `up`/`connect` ship to a cluster, in MiB (after "
+        "excludes); above it they refuse and list the largest files.",
+    ).tag(config=True)
+    sync_pip = Bool(
+        False,
+        help="A plain `%pip install PKG` in a kernel connected to a cluster also adds PKG "
+        "to the cluster's environment (as `%raycluster pip install` does).",
+    ).tag(config=True)
 
     @default("state_dir")
     def _default_state_dir(self) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 
 from .errors import BackendUnavailable, VersionMismatch
 from .model import ClusterInfo
+from .runtime_env_errors import RuntimeEnvFailed, runtime_env_failure
 
 
 @dataclass
@@ -24,6 +25,7 @@ class _Connection:
     cluster: str
     address: str
     context: Any
+    environment: str = ""  # fingerprint of the runtime_env it was made with
 
 
 _current: _Connection | None = None
@@ -78,11 +80,19 @@ def connected_cluster() -> str | None:
     return _current.cluster if _current else None
 
 
-def connect(info: ClusterInfo, timeout: float = 60.0, address: str | None = None) -> None:
-    """Attach this process to the cluster; a no-op when already attached to it.
+def connect(
+    info: ClusterInfo,
+    timeout: float = 60.0,
+    address: str | None = None,
+    runtime_env: dict[str, Any] | None = None,
+    environment: str = "",
+) -> None:
+    """Attach this process to the cluster; a no-op when already attached to it with the
+    same environment.
 
     `address` overrides the cluster's own client endpoint (KubeRay from outside
-    Kubernetes: a local port-forward)."""
+    Kubernetes: a local port-forward). `runtime_env` is Ray's (built by runtime_env.py)
+    and `environment` its fingerprint, which changes when anything it ships changes."""
     global _current
     address = address or info.endpoints.client
     if not address:
@@ -91,7 +101,12 @@ def connect(info: ClusterInfo, timeout: float = 60.0, address: str | None = None
             detail=f"`%raycluster status {info.name}` shows why",
         )
     check_versions(info)
-    if _current and _current.cluster == info.name and _current.address == address:
+    if (
+        _current
+        and _current.cluster == info.name
+        and _current.address == address
+        and _current.environment == environment
+    ):
         return
     import ray
 
@@ -100,9 +115,21 @@ def connect(info: ClusterInfo, timeout: float = 60.0, address: str | None = None
     while True:
         try:
             with _quiet_thread_warning():
-                context = ray.init(address, logging_level=logging.WARNING, log_to_driver=True)
+                context = ray.init(
+                    address,
+                    logging_level=logging.WARNING,
+                    log_to_driver=True,
+                    runtime_env=runtime_env or None,
+                )
             break
         except ConnectionError as exc:
+            failure = runtime_env_failure(str(exc))
+            if failure is not None:  # retrying would fail the same way, minutes later
+                raise RuntimeEnvFailed(
+                    f"cluster {info.name!r} could not set up this kernel's environment: {failure}",
+                    detail="fix the package (--pip, --requirements) or leave it out; "
+                    "this kernel is not connected",
+                ) from None
             # The client server can take a moment after the head reports ready.
             if time.monotonic() >= deadline:
                 raise BackendUnavailable(
@@ -111,7 +138,7 @@ def connect(info: ClusterInfo, timeout: float = 60.0, address: str | None = None
                     f"{info.name}` show the cluster's state",
                 ) from None
             time.sleep(0.5)
-    _current = _Connection(info.name, address, context)
+    _current = _Connection(info.name, address, context, environment)
 
 
 def _not_the_sigterm_warning(record: logging.LogRecord) -> bool:

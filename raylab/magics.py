@@ -68,7 +68,11 @@ class NotebookOutput:
 class RayclusterMagics(Magics):
     def __init__(self, shell: Any) -> None:
         super().__init__(shell)
-        self.commands = Commands(NotebookOutput(), prog="%raycluster", may_connect=True)
+        self.commands = Commands(
+            NotebookOutput(), prog="%raycluster", may_connect=True,
+            cells=lambda: [str(c) for c in shell.user_ns.get("In", [])],
+        )  # fmt: skip
+        shell.events.register("post_run_cell", self._after_cell)
 
     @line_magic
     def raycluster(self, line: str) -> None:
@@ -83,6 +87,48 @@ class RayclusterMagics(Magics):
             raise UsageError(exc.message + (f"\n{exc.detail}" if exc.detail else "")) from None
         except KeyboardInterrupt:
             print("Interrupted. Nothing was deleted: `%raycluster list` shows your clusters.")
+
+    def _after_cell(self, result: Any) -> None:
+        """With c.Raylab.sync_pip: a plain `%pip install` also reaches the cluster."""
+        from .connect import connected_cluster
+
+        if connected_cluster() is None or not result.success:
+            return
+        cell = str(getattr(result.info, "raw_cell", "") or "")
+        if "pip" not in cell or cell.lstrip().startswith("%raycluster"):
+            return
+        try:
+            if not self.commands.settings.options.sync_pip:
+                return
+            requirements = synced_requirements(cell)
+            if requirements:
+                self.commands.add_requirements(requirements)
+        except RaylabError as exc:
+            print(f"Warning: not added to the cluster: {exc.message}", file=sys.stderr)
+
+
+def synced_requirements(cell: str) -> list[str]:
+    """The index requirements of a cell's `%pip install` lines that did install."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from .kernel_packages import requirement_name
+    from .kernel_pip import PipFailed, parse_install, pip_lines
+
+    out = []
+    for argv in pip_lines(cell):
+        try:
+            parsed = parse_install(argv)
+        except PipFailed:
+            continue
+        for requirement in parsed.index:
+            name = requirement_name(requirement)
+            try:
+                if name:
+                    version(name)  # %pip reports no failure to the cell: check it installed
+                    out.append(requirement)
+            except PackageNotFoundError:
+                continue
+    return out
 
 
 __all__ = ["RayclusterMagics", "in_notebook"]

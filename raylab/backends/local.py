@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..environment import ClusterEnvironment
 from ..errors import BackendUnavailable, Conflict, NotFound, SpecError
 from ..model import ClusterInfo, Endpoints, Phase
 from ..spec import ClusterSpec, parse_quantity
@@ -71,6 +72,7 @@ class _State:
     suspended: bool = False
     deleting: bool = False
     logical_gpus: bool = False
+    environment: ClusterEnvironment | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -84,6 +86,7 @@ class _State:
             "suspended": self.suspended,
             "deleting": self.deleting,
             "logical_gpus": self.logical_gpus,
+            "environment": self.environment.to_json() if self.environment else None,
         }
 
     @classmethod
@@ -99,6 +102,7 @@ class _State:
             suspended=data.get("suspended", False),
             deleting=data.get("deleting", False),
             logical_gpus=data.get("logical_gpus", False),
+            environment=ClusterEnvironment.from_json(data.get("environment")),
         )
 
 
@@ -160,7 +164,9 @@ class LocalBackend:
 
     # --- Backend interface --------------------------------------------------------
 
-    def create(self, spec: ClusterSpec, owner: str) -> ClusterInfo:
+    def create(
+        self, spec: ClusterSpec, owner: str, environment: ClusterEnvironment | None = None
+    ) -> ClusterInfo:
         from importlib.metadata import version
 
         with self._lock():
@@ -178,6 +184,7 @@ class LocalBackend:
                 ports={},
                 nodes=[],
                 logical_gpus=spec.gpus > physical_gpu_count(),
+                environment=environment,
             )
             self._start_nodes(spec.name, state)
         return self._info(spec.name, state)
@@ -219,6 +226,13 @@ class LocalBackend:
             else:
                 self._start_workers(name, state, range(len(current) + 1, workers + 1))
             state.logical_gpus = state.spec.gpus > physical_gpu_count()
+            self._write(name, state)
+            return self._info(name, state)
+
+    def set_environment(self, name: str, environment: ClusterEnvironment) -> ClusterInfo:
+        with self._lock():
+            state = self._require(name)
+            state.environment = environment
             self._write(name, state)
             return self._info(name, state)
 
@@ -396,6 +410,7 @@ class LocalBackend:
             ray_version=state.ray_version,
             python_version=state.python_version,
             logical_gpus=state.logical_gpus,
+            environment=state.environment,
         )
 
     def _status(self, state: _State) -> tuple[Phase, str, int, bool]:
@@ -525,10 +540,8 @@ def _fatal_line(node: NodeProcess) -> str | None:
 
 
 def _changed(a: ClusterInfo, b: ClusterInfo) -> bool:
-    return (a.phase, a.reason, a.workers_ready, a.workers_desired, a.endpoints) != (
-        b.phase,
-        b.reason,
-        b.workers_ready,
-        b.workers_desired,
-        b.endpoints,
-    )
+    return (
+        a.phase, a.reason, a.workers_ready, a.workers_desired, a.endpoints, a.environment
+    ) != (
+        b.phase, b.reason, b.workers_ready, b.workers_desired, b.endpoints, b.environment
+    )  # fmt: skip
