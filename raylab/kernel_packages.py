@@ -91,9 +91,10 @@ def wheel_name(path: str) -> str:
     return normalize(Path(path).name.split("-", 1)[0])
 
 
-def check_wheel(path: str) -> str:
-    """A local wheel file as an absolute path, or one clear error."""
-    wheel = Path(path).expanduser()
+def check_wheel(path: str, cwd: Path) -> str:
+    """A local wheel file (`path` as typed, relative to `cwd`) as an absolute path, or one
+    clear error."""
+    wheel = Path(cwd, Path(path).expanduser())
     if not wheel.is_file():
         raise SpecError("pip", f"{path!r} does not exist (a local wheel file was expected)")
     try:

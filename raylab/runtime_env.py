@@ -223,7 +223,7 @@ def _split(requested: Sequence[str], cwd: Path) -> tuple[list[str], list[str]]:
                     f"{r!r} is a local folder; install it in the kernel with "
                     "`pip install -e` and it is shipped by itself",
                 )
-            wheels.append(check_wheel(str(Path(cwd, r))))
+            wheels.append(check_wheel(r, cwd))
         elif r.startswith("-"):
             raise SpecError("pip", f"{r!r} is a pip option; give package requirements only")
         else:
