@@ -100,26 +100,29 @@ class RayclusterMagics(Magics):
         try:
             if not self.commands.settings.options.sync_pip:
                 return
-            requirements = synced_requirements(cell)
-            if requirements:
+            requirements, local = synced_install(cell)
+            if requirements or local:
                 self.commands.add_requirements(requirements)
         except RaylabError as exc:
             print(f"Warning: not added to the cluster: {exc.message}", file=sys.stderr)
 
 
-def synced_requirements(cell: str) -> list[str]:
-    """The index requirements of a cell's `%pip install` lines that did install."""
+def synced_install(cell: str) -> tuple[list[str], bool]:
+    """The index requirements of a cell's `%pip install` lines that did install, and
+    whether they installed local wheels or folders (shipped by the reconnect)."""
     from importlib.metadata import PackageNotFoundError, version
 
     from .kernel_packages import requirement_name
     from .kernel_pip import PipFailed, parse_install, pip_lines
 
     out = []
+    local = False
     for argv in pip_lines(cell):
         try:
             parsed = parse_install(argv)
         except PipFailed:
             continue
+        local = local or bool(parsed.local)
         for requirement in parsed.index:
             name = requirement_name(requirement)
             try:
@@ -128,7 +131,7 @@ def synced_requirements(cell: str) -> list[str]:
                     out.append(requirement)
             except PackageNotFoundError:
                 continue
-    return out
+    return out, local
 
 
 __all__ = ["RayclusterMagics", "in_notebook"]

@@ -14,6 +14,7 @@ import io
 import json
 import os
 import re
+import site
 import stat
 import subprocess
 import sys
@@ -328,6 +329,51 @@ def test_drift_warns_for_an_imported_package_of_another_minor(
     assert info.environment is not None
     assert info.environment.wheels == (str(packages["drift_new"]),)
     assert "driftpkg" not in info.environment.local_packages  # named with --pip: that one
+
+
+def test_pip_install_verb_installs_in_the_kernel_and_ships(
+    shell: InteractiveShell, up: tuple[str, str], packages: dict[str, Path]
+) -> None:
+    root = packages["root"]
+    wheel = build_wheel(make_project(root, "pipverbpkg", "0.1", "OK = 'verb'\n"), root / "d3")
+    target = root / "pip-verb-site"
+    target.mkdir()
+    site.addsitedir(str(target))  # where this kernel's pip installs it (see packages.py)
+    out, _ = run(shell, f"pip install --no-index --no-deps --target {target} {wheel}")
+    assert "Added the new local packages to renv's environment and reconnected" in out
+    import pipverbpkg  # in the kernel
+
+    def task() -> str:
+        import pipverbpkg
+
+        return str(pipverbpkg.OK)
+
+    assert pipverbpkg.OK == on_cluster(task) == "verb"
+
+
+def test_sync_pip_makes_a_plain_pip_install_reach_the_cluster(
+    shell: InteractiveShell, up: tuple[str, str], packages: dict[str, Path]
+) -> None:
+    root = packages["root"]
+    wheel = build_wheel(make_project(root, "syncpkg", "0.1", "OK = 'synced'\n"), root / "d4")
+    target = root / "sync-site"
+    target.mkdir()
+    site.addsitedir(str(target))
+    magics = shell.magics_manager.registry["RayclusterMagics"]
+    magics.commands._settings = Settings.from_config(None, sync_pip=True)  # c.Raylab.sync_pip
+    try:
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            shell.run_cell(f"%pip install --no-index --no-deps --target {target} {wheel}")
+    finally:
+        magics.commands._settings = None
+    assert "Added the new local packages to renv's environment" in out.getvalue()
+
+    def task() -> str:
+        import syncpkg
+
+        return str(syncpkg.OK)
+
+    assert on_cluster(task) == "synced"
 
 
 # --- bad input ----------------------------------------------------------------------------
