@@ -9,6 +9,7 @@ only because raylab ships them.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import json
@@ -374,6 +375,43 @@ def test_sync_pip_makes_a_plain_pip_install_reach_the_cluster(
         return str(syncpkg.OK)
 
     assert on_cluster(task) == "synced"
+
+
+def test_the_export_carries_the_environment(
+    shell: InteractiveShell, up: tuple[str, str], tmp_path: Path
+) -> None:
+    from tests.export.support import FreshEnv, make_notebook, read_tree
+
+    notebook = make_notebook(tmp_path / "analysis.ipynb", [
+        "import mylib\nimport wheelpkg\nfrom mylib.model import Net",
+        "import ray\n\n@ray.remote\ndef f(x):\n    return Net().forward(x) + mylib.VALUE",
+        "ray.get(f.remote(1))",
+    ])  # fmt: skip
+    project = tmp_path / "analysis_pipeline"
+    out, err = run(shell, f"export {notebook} --out {project}")
+    assert "Exported analysis.ipynb" in out, out + err
+    files = read_tree(project)
+    assert {"mylib/__init__.py", "mylib/model.py", "wheelpkg/__init__.py", "editpkg/__init__.py",
+            "driftpkg/__init__.py"} <= set(files)  # fmt: skip
+    assert not [f for f in files if f.startswith(("data/", "sub/")) or ".dist-info" in f]
+    cluster = files["analysis/cluster.py"]
+    assert 'ENV_VARS = ["GREETING", "TOKEN"]' in cluster
+    assert '"mylib"' in cluster.split("MODULES = ", 1)[1]
+    assert not [f for f, text in files.items() if SECRET in text]
+    assert "## From the cluster's environment" in files["EXPORT.md"]
+    # Installed elsewhere, the project imports the notebook's modules by itself.
+    fresh = FreshEnv(tmp_path / "venv")
+    fresh.install(project)
+    done = fresh.run(
+        "-c",
+        "from analysis import resources; import mylib, wheelpkg; "
+        "print(sorted(m.__name__ for m in resources.runtime_env(production=False)"
+        "['py_modules'][1:]))",
+        cwd=tmp_path / "venv",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    shipped = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    assert {"mylib", "wheelpkg", "editpkg", "driftpkg"} <= set(shipped)
 
 
 # --- bad input ----------------------------------------------------------------------------
