@@ -99,7 +99,10 @@ def cluster_versions(names: list[str], timeout: float = TIMEOUT_S) -> dict[str, 
 
 def check(cells: Iterable[str]) -> list[str]:
     """The warning lines for this kernel's notebook and the connected cluster."""
-    kernel = kernel_versions(imported_modules(cells))
+    try:
+        kernel = kernel_versions(imported_modules(cells))
+    except Exception:  # a cell IPython cannot transform: no warning is worth a failed connect
+        return []
     if not kernel:
         return []  # nothing to compare: no remote call
     try:

@@ -94,6 +94,8 @@ def wheel_name(path: str) -> str:
 def check_wheel(path: str, cwd: Path) -> str:
     """A local wheel file (`path` as typed, relative to `cwd`) as an absolute path, or one
     clear error."""
+    if "\0" in path:
+        raise SpecError("pip", f"{path!r} is not a path")
     wheel = Path(cwd, Path(path).expanduser())
     if not wheel.is_file():
         raise SpecError("pip", f"{path!r} does not exist (a local wheel file was expected)")

@@ -85,7 +85,7 @@ def prepare(
     if options.no_sync:
         folder = None
     elif options.working_dir is not None:
-        folder = workdir.check_folder(Path(cwd, options.working_dir))
+        folder = workdir.check_folder(options.working_dir, cwd)
     elif base.working_dir is not None:
         folder = Path(base.working_dir)
         if not folder.is_dir():
@@ -184,7 +184,9 @@ def _requirements(path: str | None, cwd: Path) -> list[str]:
     """The requirement lines of a requirements file (comments and blanks left out)."""
     if path is None:
         return []
-    file = Path(cwd, path).expanduser()
+    if "\0" in path:
+        raise SpecError("requirements", f"{path!r} is not a path")
+    file = Path(cwd, Path(path).expanduser())
     try:
         text = file.read_text()
     except FileNotFoundError:

@@ -88,16 +88,19 @@ class _Walk:
     stamp: Any = field(default_factory=hashlib.sha256)
 
 
-def check_folder(path: str | os.PathLike[str], option: str = "working-dir") -> Path:
-    """The folder as an absolute path, or one clear error."""
-    folder = Path(path).expanduser()
+def check_folder(path: str, cwd: Path, option: str = "working-dir") -> Path:
+    """The folder (`path` as typed, relative to `cwd`) as an absolute path, or one clear
+    error."""
+    field = option.replace("-", "_")
+    if "\0" in path:
+        raise SpecError(field, f"{path!r} is not a path")
+    folder = Path(cwd, Path(path).expanduser())
     if not folder.exists():
         raise SpecError(
-            option.replace("-", "_"),
-            f"{str(path)!r} does not exist; give the folder to ship, or --no-sync",
+            field, f"{path!r} does not exist; give the folder to ship, or --no-sync"
         )
     if not folder.is_dir():
-        raise SpecError(option.replace("-", "_"), f"{str(path)!r} is not a folder")
+        raise SpecError(field, f"{path!r} is not a folder")
     return folder.resolve()
 
 
