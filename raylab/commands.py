@@ -19,7 +19,7 @@ from . import render
 from .backends import BACKENDS, make_backend
 from .config import Settings
 from .env_commands import ClusterEnvironments, add_environment_arguments, options_from
-from .errors import BackendUnavailable, RaylabError, SpecError
+from .errors import BackendUnavailable, NotFound, RaylabError, SpecError
 from .export.verb import HELP as EXPORT_HELP
 from .export.verb import add_export_arguments
 from .model import ClusterInfo, Phase
@@ -215,7 +215,10 @@ class Commands:
         timeout = args.timeout or self.settings.profiles.defaults.timeout
         options = options_from(args)
         envs = self.environments()
-        prepared = envs.prepare(options, None)  # every check before anything is created
+        # Every check before anything is created; a cluster of yours that exists already
+        # keeps what it remembers, with whatever these options change.
+        existing = _existing(service, args.name)
+        prepared = envs.prepare(options, existing)
         started = time.time()
         info, created = service.create(request, prepared.environment)
         if created:
@@ -223,8 +226,8 @@ class Commands:
                 envs.values.save(info, prepared.values)
         else:
             self.out.line(f"{info.name} already exists ({info.phase}); using it.")
-            # What it remembers, with whatever these options change.
-            prepared = envs.prepare(options, info)
+            if existing is None:  # made meanwhile, by another kernel
+                prepared = envs.prepare(options, info)
             info = envs.remember(service, info, prepared)
         for warning in prepared.warnings:
             self.out.warn(warning)
@@ -427,6 +430,15 @@ class Commands:
             f"Connected this kernel to {info.name} ({info.endpoints.client}){what}; "
             "use ray.remote as usual."
         )
+
+
+def _existing(service: ClusterService, name: str | None) -> ClusterInfo | None:
+    if name is None:
+        return None
+    try:
+        return service.get(name)
+    except (NotFound, SpecError):  # not yours, or not a name: `create` says which
+        return None
 
 
 def _head_up(info: ClusterInfo) -> bool:

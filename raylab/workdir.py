@@ -96,9 +96,7 @@ def check_folder(path: str, cwd: Path, option: str = "working-dir") -> Path:
         raise SpecError(field, f"{path!r} is not a path")
     folder = Path(cwd, Path(path).expanduser())
     if not folder.exists():
-        raise SpecError(
-            field, f"{path!r} does not exist; give the folder to ship, or --no-sync"
-        )
+        raise SpecError(field, f"{path!r} does not exist; give the folder to ship, or --no-sync")
     if not folder.is_dir():
         raise SpecError(field, f"{path!r} is not a folder")
     return folder.resolve()

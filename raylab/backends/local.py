@@ -540,8 +540,10 @@ def _fatal_line(node: NodeProcess) -> str | None:
 
 
 def _changed(a: ClusterInfo, b: ClusterInfo) -> bool:
-    return (
-        a.phase, a.reason, a.workers_ready, a.workers_desired, a.endpoints, a.environment
-    ) != (
-        b.phase, b.reason, b.workers_ready, b.workers_desired, b.endpoints, b.environment
-    )  # fmt: skip
+    return (a.phase, a.reason, a.workers_ready, a.workers_desired, a.endpoints) != (
+        b.phase,
+        b.reason,
+        b.workers_ready,
+        b.workers_desired,
+        b.endpoints,
+    ) or a.environment != b.environment
