@@ -82,6 +82,7 @@ def prepare(
         workdir.check_patterns(options.excludes) if options.excludes is not None else base.excludes
     )
     folder: Path | None
+    elsewhere = False  # the remembered folder is on another machine: kept, not shipped
     if options.no_sync:
         folder = None
     elif options.working_dir is not None:
@@ -93,7 +94,7 @@ def prepare(
                 f"the cluster's working directory {folder} is not on this machine; connected "
                 "without it (--working-dir PATH ships another)"
             )
-            folder = None
+            folder, elsewhere = None, True
     else:
         folder = None
     scan = workdir.scan(folder, excludes) if folder is not None else None
@@ -149,14 +150,20 @@ def prepare(
                 f"--env {lost[0]}=VALUE to set them again"
             )
 
+    if elsewhere:  # a kernel elsewhere never makes the cluster forget the owner's folder
+        shown = (base.working_dir, base.working_dir_bytes, base.working_dir_files)
+    else:
+        shown = (str(folder) if folder else None, scan.total_bytes if scan else 0,
+                 len(scan.files) if scan else 0)  # fmt: skip
     environment = ClusterEnvironment(
-        working_dir=str(folder) if folder is not None else None,
-        working_dir_bytes=scan.total_bytes if scan else 0,
-        working_dir_files=len(scan.files) if scan else 0,
+        working_dir=shown[0],
+        working_dir_bytes=shown[1],
+        working_dir_files=shown[2],
         excludes=tuple(excludes),
         pip=tuple(pip),
         wheels=tuple(wheels),
-        local_packages=tuple(p.name for p in shipped),
+        # Names this kernel lacks stay remembered (the owner's kernel has them).
+        local_packages=tuple(sorted({p.name for p in shipped} | set(missing))),
         env_names=names,
     )
     runtime_env: dict[str, Any] = {}

@@ -100,6 +100,19 @@ def test_prepare_refuses_contradictions_and_reads_requirements(tmp_path: Path) -
         prepare(EnvOptions(requirements="opts.txt"), None, cwd=tmp_path, max_bytes=1 << 20)
 
 
+def test_a_remembered_folder_missing_here_is_a_warning_not_a_failure(tmp_path: Path) -> None:
+    """A kernel on another machine (another pod) connects without the owner's folder."""
+    remembered = ClusterEnvironment(working_dir="/nowhere/nb", env_names=("TOKEN",))
+    ready = prepare(EnvOptions(), remembered, cwd=tmp_path, max_bytes=1 << 20)
+    assert "working_dir" not in ready.runtime_env
+    assert ready.environment.working_dir == "/nowhere/nb"  # still the cluster's, for its owner
+    assert ready.warnings == [
+        "the cluster's working directory /nowhere/nb is not on this machine; connected "
+        "without it (--working-dir PATH ships another)",
+        "no value on this machine for TOKEN: connect with --env TOKEN=VALUE to set them again",
+    ]
+
+
 def test_values_are_in_the_runtime_env_but_not_in_the_environment(tmp_path: Path) -> None:
     ready = prepare(EnvOptions(env=("A=1", "B=two words")), None, cwd=tmp_path, max_bytes=1 << 20)
     assert ready.runtime_env["env_vars"] == {"A": "1", "B": "two words"}
