@@ -13,18 +13,21 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from . import render
 from .backends import BACKENDS, make_backend
 from .config import Settings
 from .env_commands import ClusterEnvironments, add_environment_arguments, options_from
+from .environment import EnvOptions
 from .errors import BackendUnavailable, NotFound, RaylabError, SpecError
 from .export.verb import HELP as EXPORT_HELP
 from .export.verb import add_export_arguments
 from .model import ClusterInfo, Phase
-from .runtime_env import EnvOptions, Prepared
 from .service import ClusterService, current_user
+
+if TYPE_CHECKING:
+    from .runtime_env import Prepared
 
 VERBS = {
     "up": "create a cluster (or reuse yours of that name), wait for it, connect",

@@ -9,12 +9,16 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .config import Settings
 from .env_values import EnvValues
+from .environment import EnvOptions
 from .model import ClusterInfo
-from .runtime_env import EnvOptions, Prepared, prepare
 from .service import ClusterService
+
+if TYPE_CHECKING:  # runtime_env (pathspec, importlib.metadata) loads on the first connect
+    from .runtime_env import Prepared
 
 
 def add_environment_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,6 +76,8 @@ class ClusterEnvironments:
 
     def prepare(self, options: EnvOptions, info: ClusterInfo | None) -> Prepared:
         """Check and resolve; `info` None for a cluster that does not exist yet."""
+        from .runtime_env import prepare
+
         return prepare(
             options,
             info.environment if info else None,

@@ -22,7 +22,7 @@ from typing import Any
 
 from . import workdir
 from .env_values import parse_env
-from .environment import ClusterEnvironment
+from .environment import ClusterEnvironment, EnvOptions
 from .errors import SpecError
 from .kernel_packages import (
     check_wheel,
@@ -32,26 +32,7 @@ from .kernel_packages import (
     unpacked_wheel,
     wheel_name,
 )
-
-
-@dataclass(frozen=True)
-class EnvOptions:
-    """What the user typed; None (or False) for an option not given."""
-
-    working_dir: str | None = None
-    no_sync: bool = False
-    excludes: tuple[str, ...] | None = None
-    pip: tuple[str, ...] | None = None
-    requirements: str | None = None
-    env: tuple[str, ...] | None = None
-
-    @property
-    def any_given(self) -> bool:
-        return (
-            self.working_dir is not None
-            or self.no_sync
-            or any(v is not None for v in (self.excludes, self.pip, self.requirements, self.env))
-        )
+from .render import format_size
 
 
 @dataclass(frozen=True)
@@ -124,7 +105,7 @@ def prepare(
     for p in too_big:
         warnings.append(
             f"{p.name} {p.version} (installed from local files) is over the "
-            f"{workdir.format_size(max_bytes)} limit and was not shipped; install it on the "
+            f"{format_size(max_bytes)} limit and was not shipped; install it on the "
             "cluster's image or from an index with --pip"
         )
     shipped = [p for p in shipped if p not in too_big]

@@ -23,6 +23,7 @@ from typing import Any
 from pathspec import PathSpec
 
 from .errors import RaylabError, SpecError
+from .render import format_size
 
 # Ray's own default excludes (RAY_RUNTIME_ENV_DEFAULT_EXCLUDES) plus what is never code or
 # data a task reads: tool caches, Jupyter's checkpoints, JavaScript dependencies.
@@ -141,20 +142,6 @@ def check_size(result: WorkdirScan, max_bytes: int) -> None:
         "or with --exclude PATTERN, ship a smaller folder with --working-dir PATH, or "
         "connect without it: --no-sync. Nothing was created or connected.",
     )
-
-
-def format_size(size: int) -> str:
-    """1.5 KiB, 3.2 MiB: one decimal, rounded half up in integers (render.ts does the
-    same, so the notebook's card and the sidebar's never differ in the last digit)."""
-    if size < 1024:
-        return f"{size} B"
-    unit = 1024
-    for name in ("KiB", "MiB", "GiB", "TiB"):
-        tenths = (size * 20 + unit) // (2 * unit)  # size * 10 / unit, rounded half up
-        if tenths < 10240 or name == "TiB":
-            break
-        unit *= 1024
-    return f"{tenths // 10}.{tenths % 10} {name}"
 
 
 def _visit(walk: _Walk, folder: Path, specs: list[tuple[Path, PathSpec[Any]]]) -> None:

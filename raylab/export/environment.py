@@ -17,7 +17,8 @@ from pathlib import Path
 
 from ..environment import ClusterEnvironment
 from ..kernel_packages import default_cache, find, unpacked_wheel
-from ..workdir import format_size, scan
+from ..render import format_size
+from ..workdir import scan
 
 
 @dataclass(frozen=True)

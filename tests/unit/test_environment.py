@@ -15,9 +15,10 @@ from raylab.environment import ANNOTATION, ClusterEnvironment
 from raylab.errors import SpecError
 from raylab.kernel_packages import requirement_name
 from raylab.kernel_pip import PipFailed, parse_install, pip_lines
+from raylab.render import format_size
 from raylab.runtime_env import EnvOptions, prepare
 from raylab.runtime_env_errors import runtime_env_failure
-from raylab.workdir import format_size, scan
+from raylab.workdir import scan
 
 
 @pytest.mark.parametrize(
