@@ -57,16 +57,59 @@ def prepare(
         raise SpecError("working_dir", "--working-dir and --no-sync contradict; give one")
     base = remembered or ClusterEnvironment(working_dir=str(cwd))
     warnings: list[str] = []
+    folder = _working_dir(options, base, cwd, max_bytes, warnings)
+    packages = _packages(options, base, cwd, max_bytes, warnings)
+    names, values = _env_vars(options, base, stored_values or {}, warnings)
+    scan = folder.scan
+    environment = ClusterEnvironment(
+        working_dir=folder.remembered,
+        working_dir_bytes=scan.total_bytes if scan else base.working_dir_bytes,
+        working_dir_files=len(scan.files) if scan else base.working_dir_files,
+        excludes=folder.excludes,
+        pip=packages.pip,
+        wheels=packages.wheels,
+        local_packages=packages.local,
+        env_names=names,
+    )
+    if environment.working_dir is None:
+        environment = environment.with_changes(working_dir_bytes=0, working_dir_files=0)
+    runtime_env: dict[str, Any] = {}
+    if scan is not None:
+        runtime_env["working_dir"] = str(scan.root)
+        runtime_env["excludes"] = scan.ray_excludes()
+    if packages.py_modules:
+        runtime_env["py_modules"] = list(packages.py_modules)
+        runtime_env.setdefault("excludes", list(workdir.ALWAYS_EXCLUDED))
+    if packages.pip:
+        runtime_env["pip"] = list(packages.pip)
+    if values:
+        runtime_env["env_vars"] = dict(values)
+    return Prepared(
+        environment=environment,
+        values=values,
+        values_changed=options.env is not None,
+        runtime_env=runtime_env,
+        fingerprint=_fingerprint(runtime_env, scan, list(packages.py_modules)),
+        warnings=warnings,
+    )
 
-    # --- working directory --------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Folder:
+    scan: workdir.WorkdirScan | None  # what ships (None: nothing)
+    remembered: str | None  # the cluster's folder (kept when it is on another machine)
+    excludes: tuple[str, ...]
+
+
+def _working_dir(
+    options: EnvOptions, base: ClusterEnvironment, cwd: Path, max_bytes: int, warnings: list[str]
+) -> _Folder:
     excludes = (
         workdir.check_patterns(options.excludes) if options.excludes is not None else base.excludes
     )
-    folder: Path | None
-    elsewhere = False  # the remembered folder is on another machine: kept, not shipped
     if options.no_sync:
-        folder = None
-    elif options.working_dir is not None:
+        return _Folder(None, None, excludes)
+    if options.working_dir is not None:
         folder = workdir.check_folder(options.working_dir, cwd)
     elif base.working_dir is not None:
         folder = Path(base.working_dir)
@@ -75,24 +118,34 @@ def prepare(
                 f"the cluster's working directory {folder} is not on this machine; connected "
                 "without it (--working-dir PATH ships another)"
             )
-            folder, elsewhere = None, True
+            # A kernel elsewhere never makes the cluster forget its owner's folder.
+            return _Folder(None, base.working_dir, excludes)
     else:
-        folder = None
-    scan = workdir.scan(folder, excludes) if folder is not None else None
-    if scan is not None:
-        workdir.check_size(scan, max_bytes)
+        return _Folder(None, None, excludes)
+    scan = workdir.scan(folder, excludes)
+    workdir.check_size(scan, max_bytes)
+    return _Folder(scan, str(folder), excludes)
 
-    # --- packages -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Packages:
+    pip: tuple[str, ...]
+    wheels: tuple[str, ...]
+    local: tuple[str, ...]  # local packages to remember
+    py_modules: tuple[str, ...]  # what ships
+
+
+def _packages(
+    options: EnvOptions, base: ClusterEnvironment, cwd: Path, max_bytes: int, warnings: list[str]
+) -> _Packages:
     if options.pip is not None or options.requirements is not None:
         requested = [*(options.pip or ()), *_requirements(options.requirements, cwd)]
         pip, wheels = _split(requested, cwd)
     else:
         pip, wheels = list(base.pip), list(base.wheels)
-    explicit = {n for n in (requirement_name(r) for r in pip) if n} | {
-        wheel_name(w) for w in wheels
-    }
-    found = local_packages(skip=explicit)
-    by_name = {p.name: p for p in found}
+    # A package named with --pip is that one, not the kernel's copy.
+    explicit = {n for n in map(requirement_name, pip) if n} | set(map(wheel_name, wheels))
+    by_name = {p.name: p for p in local_packages(skip=explicit)}
     wanted = sorted((set(base.local_packages) - explicit) | set(by_name))
     missing = [n for n in wanted if n not in by_name]
     if missing:
@@ -100,72 +153,41 @@ def prepare(
             f"not installed in this kernel, so not shipped: {', '.join(missing)} (the kernel "
             "that made the cluster had them)"
         )
-    shipped = [by_name[n] for n in wanted if n in by_name]
-    too_big = [p for p in shipped if p.size > max_bytes]
-    for p in too_big:
-        warnings.append(
-            f"{p.name} {p.version} (installed from local files) is over the "
-            f"{format_size(max_bytes)} limit and was not shipped; install it on the "
-            "cluster's image or from an index with --pip"
-        )
-    shipped = [p for p in shipped if p not in too_big]
+    shipped = []
+    for p in (by_name[n] for n in wanted if n in by_name):
+        if p.size > max_bytes:
+            warnings.append(
+                f"{p.name} {p.version} (installed from local files) is over the "
+                f"{format_size(max_bytes)} limit and was not shipped; install it on the "
+                "cluster's image or from an index with --pip"
+            )
+        else:
+            shipped.append(p)
     py_modules = [path for p in shipped for path in p.paths]
     for wheel in wheels:
         if Path(wheel).is_file():
             py_modules.extend(unpacked_wheel(wheel, default_cache()))
         else:
             warnings.append(f"wheel {wheel} is not on this machine; not shipped")
+    # Names this kernel lacks stay remembered: the owner's kernel has them.
+    local = tuple(sorted({p.name for p in shipped} | set(missing)))
+    return _Packages(tuple(pip), tuple(wheels), local, tuple(py_modules))
 
-    # --- environment variables ------------------------------------------------------
+
+def _env_vars(
+    options: EnvOptions, base: ClusterEnvironment, stored: dict[str, str], warnings: list[str]
+) -> tuple[tuple[str, ...], dict[str, str]]:
     if options.env is not None:
         values = parse_env(list(options.env))
-        names = tuple(values)
-    else:
-        names = base.env_names
-        stored = stored_values or {}
-        values = {k: stored[k] for k in names if k in stored}
-        lost = [k for k in names if k not in stored]
-        if lost:
-            warnings.append(
-                f"no value on this machine for {', '.join(lost)}: connect with "
-                f"--env {lost[0]}=VALUE to set them again"
-            )
-
-    if elsewhere:  # a kernel elsewhere never makes the cluster forget the owner's folder
-        shown = (base.working_dir, base.working_dir_bytes, base.working_dir_files)
-    else:
-        shown = (str(folder) if folder else None, scan.total_bytes if scan else 0,
-                 len(scan.files) if scan else 0)  # fmt: skip
-    environment = ClusterEnvironment(
-        working_dir=shown[0],
-        working_dir_bytes=shown[1],
-        working_dir_files=shown[2],
-        excludes=tuple(excludes),
-        pip=tuple(pip),
-        wheels=tuple(wheels),
-        # Names this kernel lacks stay remembered (the owner's kernel has them).
-        local_packages=tuple(sorted({p.name for p in shipped} | set(missing))),
-        env_names=names,
-    )
-    runtime_env: dict[str, Any] = {}
-    if scan is not None:
-        runtime_env["working_dir"] = str(scan.root)
-        runtime_env["excludes"] = scan.ray_excludes()
-    if py_modules:
-        runtime_env["py_modules"] = py_modules
-        runtime_env.setdefault("excludes", list(workdir.ALWAYS_EXCLUDED))
-    if pip:
-        runtime_env["pip"] = list(pip)
-    if values:
-        runtime_env["env_vars"] = dict(values)
-    return Prepared(
-        environment=environment,
-        values=values,
-        values_changed=options.env is not None,
-        runtime_env=runtime_env,
-        fingerprint=_fingerprint(runtime_env, scan, py_modules),
-        warnings=warnings,
-    )
+        return tuple(values), values
+    names = base.env_names
+    lost = [k for k in names if k not in stored]
+    if lost:
+        warnings.append(
+            f"no value on this machine for {', '.join(lost)}: connect with "
+            f"--env {lost[0]}=VALUE to set them again"
+        )
+    return names, {k: stored[k] for k in names if k in stored}
 
 
 def _requirements(path: str | None, cwd: Path) -> list[str]:
