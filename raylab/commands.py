@@ -222,8 +222,11 @@ class Commands:
         # keeps what it remembers, with whatever these options change.
         existing = _existing(service, args.name)
         prepared = envs.prepare(options, existing)
+        # A shell has no notebook folder: the CLI sets an environment only when asked, and
+        # the first kernel that connects gives the cluster its own folder.
+        remember = self.may_connect or options.any_given
         started = time.time()
-        info, created = service.create(request, prepared.environment)
+        info, created = service.create(request, prepared.environment if remember else None)
         if created:
             if prepared.values_changed:
                 envs.values.save(info, prepared.values)
@@ -231,7 +234,8 @@ class Commands:
             self.out.line(f"{info.name} already exists ({info.phase}); using it.")
             if existing is None:  # made meanwhile, by another kernel
                 prepared = envs.prepare(options, info)
-            info = envs.remember(service, info, prepared)
+            if remember:
+                info = envs.remember(service, info, prepared)
         for warning in prepared.warnings:
             self.out.warn(warning)
         if info.logical_gpus and created:

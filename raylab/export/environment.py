@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..environment import ClusterEnvironment
-from ..kernel_packages import default_cache, find, unpacked_wheel
+from ..kernel_packages import NEVER_SHIPPED, default_cache, find, unpacked_wheel
 from ..render import format_size
 from ..workdir import scan
 
@@ -45,6 +45,7 @@ def carried(env: ClusterEnvironment | None, package: str, max_bytes: int) -> Car
     files: dict[str, bytes] = {}
     modules: list[str] = []
     notes: list[str] = []
+    taken = {package, "tests"}  # the project's own top-level folders
     # (module name, {path in the project: file}), in order of precedence.
     sources: list[tuple[str, dict[str, Path]]] = []
     if env.working_dir and Path(env.working_dir).is_dir():
@@ -64,8 +65,11 @@ def carried(env: ClusterEnvironment | None, package: str, max_bytes: int) -> Car
     for name, content in sources:
         if not name.isidentifier() or name in modules:
             continue  # a .dist-info folder, or the same module twice (the first wins)
-        if name == package:
-            notes.append(f"module {name} has the pipeline's own name; rename one to carry it")
+        if name in NEVER_SHIPPED or name in ("setup", "conftest"):
+            continue  # not the notebook's code, or a file that would act on the project
+        if name in taken:
+            notes.append(f"module {name} has the name of the project's own {name}/; rename "
+                         "one to carry it")  # fmt: skip
             continue
         size = sum(p.stat().st_size for p in content.values())
         if total + size > max_bytes:
