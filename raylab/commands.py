@@ -415,6 +415,12 @@ class Commands:
     ) -> None:
         from .connect import connect
 
+        pip = prepared.runtime_env.get("pip")
+        if pip:  # Ray Client answers only once the workers' environment is made
+            self.out.line(
+                f"The cluster installs {len(pip)} pip package{'s' if len(pip) > 1 else ''} "
+                "for this kernel's environment (the first time can take minutes)…"
+            )
         connect(
             info,
             address=service.backend.client_address(info),

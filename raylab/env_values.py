@@ -86,8 +86,10 @@ class EnvValues:
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)
         tmp = path.with_suffix(".tmp")
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()  # a leftover would keep its own mode
         # Created 0600, never chmod-ed after the fact: no moment when others may read it.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
             json.dump(values, fh)
         tmp.replace(path)
