@@ -68,6 +68,7 @@ test('render 200 cluster cards, then apply single updates', async ({
         ray_version: '2.60.0',
         python_version: '3.11',
         logical_gpus: true,
+        environment: null,
         spec: {
           name: `bench-${String(i).padStart(3, '0')}`,
           gpus: 4,

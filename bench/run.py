@@ -15,6 +15,7 @@ import bench_server
 import bench_sidebar
 import bench_startup
 import bench_up
+import bench_workdir
 from report import emit
 
 BENCHES = {
@@ -26,6 +27,7 @@ BENCHES = {
     "server": bench_server.run,
     "load": bench_load.run,
     "sidebar": bench_sidebar.run,
+    "workdir": bench_workdir.run,
 }
 
 

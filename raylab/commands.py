@@ -14,16 +14,21 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from . import render
 from .backends import BACKENDS, make_backend
 from .config import Settings
-from .errors import BackendUnavailable, RaylabError, SpecError
+from .env_commands import ClusterEnvironments, add_environment_arguments, options_from
+from .environment import EnvOptions
+from .errors import BackendUnavailable, NotFound, RaylabError, SpecError
 from .export.verb import HELP as EXPORT_HELP
 from .export.verb import add_export_arguments
 from .model import ClusterInfo, Phase
 from .service import ClusterService, current_user
+
+if TYPE_CHECKING:
+    from .runtime_env import Prepared
 
 VERBS = {
     "up": "create a cluster (or reuse yours of that name), wait for it, connect",
@@ -39,6 +44,7 @@ VERBS = {
     "dashboard": "the Ray dashboard's address",
     "env": "shell lines that point Ray's own tools (ray job submit …) at a cluster of yours",
     "export": EXPORT_HELP,
+    "pip": "pip install PKG…: install into this kernel and add to the cluster's environment",
 }
 
 
@@ -115,15 +121,20 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     up.add_argument("--max-workers", dest="max_workers", help="autoscaling upper bound")
     up.add_argument("--no-connect", dest="connect", action="store_false")
     up.add_argument("--timeout", type=_seconds, help="seconds to wait for Ready")
+    add_environment_arguments(up)
     for name in ("down", "connect", "scale", "suspend", "resume", "logs", "dashboard", "env"):
         verb(name).add_argument("name", metavar="NAME")
     verbs.choices["scale"].add_argument("--workers", required=True)
     verbs.choices["logs"].add_argument("--tail", type=int, default=200)
     verbs.choices["connect"].add_argument("--timeout", type=_seconds)
+    add_environment_arguments(verbs.choices["connect"])
     verb("list").add_argument("--all", action="store_true", help="every user's (admins)")
     verb("status").add_argument("name", metavar="NAME", nargs="?")
     verb("disconnect")
     add_export_arguments(verb("export"))
+    pip = verb("pip")
+    pip.add_argument("action", choices=("install",), metavar="install")
+    pip.add_argument("packages", nargs=argparse.REMAINDER, metavar="PKG", help="as for pip")
     return parser
 
 
@@ -154,6 +165,7 @@ class Commands:
         may_connect: bool,
         settings: Settings | None = None,
         user: str | None = None,
+        cells: Callable[[], list[str]] | None = None,
     ) -> None:
         self.out = output
         self.prog = prog
@@ -161,6 +173,12 @@ class Commands:
         self._settings = settings
         self.user = user or current_user()
         self.parser = build_parser(prog)
+        # The notebook's cells so far (IPython's In): what it imports, for drift warnings.
+        self.cells = cells or (lambda: [])
+        self._connected_backend: str | None = None
+
+    def environments(self) -> ClusterEnvironments:
+        return ClusterEnvironments(self.settings)
 
     @property
     def settings(self) -> Settings:
@@ -200,10 +218,28 @@ class Commands:
         request = {f: getattr(args, f) for f in fields if getattr(args, f) is not None}
         service = self.service(args.backend)
         timeout = args.timeout or self.settings.profiles.defaults.timeout
+        options = options_from(args)
+        envs = self.environments()
+        # Every check before anything is created; a cluster of yours that exists already
+        # keeps what it remembers, with whatever these options change.
+        existing = _existing(service, args.name)
+        prepared = envs.prepare(options, existing)
+        # A shell has no notebook folder: the CLI sets an environment only when asked, and
+        # the first kernel that connects gives the cluster its own folder.
+        remember = self.may_connect or options.any_given
         started = time.time()
-        info, created = service.create(request)
-        if not created:
+        info, created = service.create(request, prepared.environment if remember else None)
+        if created:
+            if prepared.values_changed:
+                envs.values.save(info, prepared.values)
+        else:
             self.out.line(f"{info.name} already exists ({info.phase}); using it.")
+            if existing is None:  # made meanwhile, by another kernel
+                prepared = envs.prepare(options, info)
+            if remember:
+                info = envs.remember(service, info, prepared)
+        for warning in prepared.warnings:
+            self.out.warn(warning)
         if info.logical_gpus and created:
             self.out.warn(
                 f"this machine has fewer GPUs than the {info.spec.gpus} requested: the local "
@@ -217,22 +253,25 @@ class Commands:
                 # Connect as soon as the head is up, while the workers start.
                 head = service.wait(info.name, _head_up, timeout, view.update)
                 view.update(note="Connecting this kernel through Ray Client…")
-                self._connect(head, service)
+                self._connect(head, service, prepared, args.backend)
             info = service.wait(info.name, _ready, max(1.0, timeout - (time.time() - started)),
                                 view.update)  # fmt: skip
         view.stop_clock()
         view.update(info, note="")
         self.out.line(self._connected_note(info) if connect else render.connect_code(info))
+        if connect:
+            self._drift()
         return info
 
     def do_down(self, args: argparse.Namespace) -> None:
         from .connect import connected_cluster, disconnect
 
         service = self.service(args.backend)
-        service.get(args.name)
+        info = service.get(args.name)
         if connected_cluster() == args.name:
             disconnect()
         service.delete(args.name)
+        self.environments().forget(info)
         self.out.line(f"Deleted {args.name}.")
 
     def do_list(self, args: argparse.Namespace) -> list[ClusterInfo]:
@@ -260,12 +299,19 @@ class Commands:
             )
         service = self.service(args.backend)
         info = service.get(args.name)
+        envs = self.environments()
+        prepared = envs.prepare(options_from(args), info)  # checks before connecting
+        for warning in prepared.warnings:
+            self.out.warn(warning)
         if not info.head_ready:
             timeout = args.timeout or self.settings.profiles.defaults.timeout
             view = self.out.progress(info, time.time())
             info = service.wait(args.name, _head_up, timeout, view.update)
-        self._connect(info, service)
+        self._connect(info, service, prepared, args.backend)
+        # Remembered once it works: a package that breaks the connect is not kept.
+        info = envs.remember(service, info, prepared)
         self.out.line(self._connected_note(info))
+        self._drift()
         return info
 
     def do_disconnect(self, args: argparse.Namespace) -> None:
@@ -364,19 +410,95 @@ class Commands:
             lookup=service.get,
         )
 
+    def do_pip(self, args: argparse.Namespace) -> ClusterInfo | None:
+        from .kernel_pip import install_in_kernel, parse_install
+
+        if not self.may_connect:
+            raise CommandError(
+                "pip installs into a notebook kernel; in Python use `%load_ext raylab` then "
+                "`%raycluster pip install PKG`"
+            )
+        pip_args = parse_install(list(args.packages))
+        install_in_kernel(pip_args, self.out.line)
+        return self.add_requirements(list(pip_args.index), backend=args.backend)
+
+    def add_requirements(
+        self, requirements: list[str], backend: str | None = None
+    ) -> ClusterInfo | None:
+        """Add index requirements to the connected cluster's environment and reconnect
+        with it (local wheels and folders are shipped as local packages anyway)."""
+        from .connect import connected_cluster
+        from .kernel_packages import requirement_name
+
+        name = connected_cluster()
+        if name is None:
+            self.out.line("Installed in this kernel; not connected to a cluster, so nothing else.")
+            return None
+        service = self.service(backend or self._connected_backend)
+        info = service.get(name)
+        env = info.environment
+        new = {requirement_name(r) for r in requirements}
+        kept = [r for r in (env.pip if env else ()) if requirement_name(r) not in new]
+        options = EnvOptions(pip=(*kept, *requirements, *(env.wheels if env else ())))
+        envs = self.environments()
+        prepared = envs.prepare(options, info)
+        for warning in prepared.warnings:
+            self.out.warn(warning)
+        self._connect(info, service, prepared, backend or self._connected_backend)
+        info = envs.remember(service, info, prepared)
+        what = ", ".join(requirements) if requirements else "the new local packages"
+        self.out.line(
+            f"Added {what} to {name}'s environment and reconnected this kernel "
+            "(objects and actors of the previous connection are gone)."
+        )
+        self._drift()
+        return info
+
     # --- helpers ------------------------------------------------------------------
 
-    def _connect(self, info: ClusterInfo, service: ClusterService) -> None:
+    def _connect(
+        self, info: ClusterInfo, service: ClusterService, prepared: Prepared, backend: str | None
+    ) -> None:
         from .connect import connect
 
-        token = service.auth_token(info.name)
-        connect(info, address=service.backend.client_address(info), token=token)
+        pip = prepared.runtime_env.get("pip")
+        if pip:  # Ray Client answers only once the workers' environment is made
+            self.out.line(
+                f"The cluster installs {len(pip)} pip package{'s' if len(pip) > 1 else ''} "
+                "for this kernel's environment (the first time can take minutes)…"
+            )
+        connect(
+            info,
+            address=service.backend.client_address(info),
+            token=service.auth_token(info.name),
+            runtime_env=prepared.runtime_env,
+            environment=prepared.fingerprint,
+        )
+        self._connected_backend = backend
+
+    def _drift(self) -> None:
+        from . import drift
+
+        for warning in drift.check(self.cells()):
+            self.out.warn(warning)
 
     def _connected_note(self, info: ClusterInfo) -> str:
+        env = info.environment
+        shipped = render.environment_text(env) if env else ""
+        what = f" with {shipped}" if env and shipped != "nothing synced" else ""
         return (
-            f"Connected this kernel to {info.name} ({info.endpoints.client}); "
+            f"Connected this kernel to {info.name} ({info.endpoints.client}){what}; "
             "use ray.remote as usual."
         )
+
+
+def _existing(service: ClusterService, name: str | None) -> ClusterInfo | None:
+    if name is None:
+        return None
+    try:
+        return service.get(name)
+    except (NotFound, SpecError):  # not yours, or not a name: `create` says which
+        return None
 
 
 def _head_up(info: ClusterInfo) -> bool:

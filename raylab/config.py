@@ -102,6 +102,16 @@ class Raylab(Configurable):
         "monitoring",
         help="KubeRay: namespace whose pods may scrape Ray's metrics port. Empty: none.",
     ).tag(config=True)
+    working_dir_max_mib = Int(
+        100,
+        help="Largest working directory `up`/`connect` ship to a cluster, in MiB (after "
+        "excludes); above it they refuse and list the largest files.",
+    ).tag(config=True)
+    sync_pip = Bool(
+        False,
+        help="A plain `%pip install PKG` in a kernel connected to a cluster also adds PKG "
+        "to the cluster's environment (as `%raycluster pip install` does).",
+    ).tag(config=True)
 
     @default("state_dir")
     def _default_state_dir(self) -> str:

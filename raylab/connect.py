@@ -18,6 +18,7 @@ from typing import Any
 from . import auth
 from .errors import BackendUnavailable, VersionMismatch
 from .model import ClusterInfo
+from .runtime_env_errors import RuntimeEnvFailed, runtime_env_failure
 
 
 @dataclass
@@ -25,6 +26,7 @@ class _Connection:
     cluster: str
     address: str
     context: Any
+    environment: str = ""  # fingerprint of the runtime_env it was made with
 
 
 _current: _Connection | None = None
@@ -84,12 +86,16 @@ def connect(
     timeout: float = 60.0,
     address: str | None = None,
     token: str | None = None,
+    runtime_env: dict[str, Any] | None = None,
+    environment: str = "",
 ) -> None:
-    """Attach this process to the cluster; a no-op when already attached to it.
+    """Attach this process to the cluster; a no-op when already attached to it with the
+    same environment.
 
     `address` overrides the cluster's own client endpoint (KubeRay from outside
     Kubernetes: a local port-forward); `token` is the cluster's Ray token (None for a
-    cluster made with token auth off)."""
+    cluster made with token auth off). `runtime_env` is Ray's (built by runtime_env.py)
+    and `environment` its fingerprint, which changes when anything it ships changes."""
     global _current
     address = address or info.endpoints.client
     if not address:
@@ -98,7 +104,12 @@ def connect(
             detail=f"`%raycluster status {info.name}` shows why",
         )
     check_versions(info)
-    if _current and _current.cluster == info.name and _current.address == address:
+    if (
+        _current
+        and _current.cluster == info.name
+        and _current.address == address
+        and _current.environment == environment
+    ):
         return
     import ray
 
@@ -108,9 +119,22 @@ def connect(
     while True:
         try:
             with _quiet_thread_warning():
-                context = ray.init(address, logging_level=logging.WARNING, log_to_driver=True)
+                context = ray.init(
+                    address,
+                    logging_level=logging.WARNING,
+                    log_to_driver=True,
+                    runtime_env=runtime_env or None,
+                )
             break
         except ConnectionError as exc:
+            failure = runtime_env_failure(str(exc))
+            if failure is not None:  # retrying would fail the same way, minutes later
+                auth.forget_token()
+                raise RuntimeEnvFailed(
+                    f"cluster {info.name!r} could not set up this kernel's environment: {failure}",
+                    detail="fix the package (--pip, --requirements) or leave it out; "
+                    "this kernel is not connected",
+                ) from None
             # The client server can take a moment after the head reports ready.
             if time.monotonic() >= deadline:
                 auth.forget_token()
@@ -120,7 +144,7 @@ def connect(
                     f"{info.name}` show the cluster's state",
                 ) from None
             time.sleep(0.5)
-    _current = _Connection(info.name, address, context)
+    _current = _Connection(info.name, address, context, environment)
 
 
 def _not_the_sigterm_warning(record: logging.LogRecord) -> bool:

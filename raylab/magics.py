@@ -68,7 +68,11 @@ class NotebookOutput:
 class RayclusterMagics(Magics):
     def __init__(self, shell: Any) -> None:
         super().__init__(shell)
-        self.commands = Commands(NotebookOutput(), prog="%raycluster", may_connect=True)
+        self.commands = Commands(
+            NotebookOutput(), prog="%raycluster", may_connect=True,
+            cells=lambda: [str(c) for c in shell.user_ns.get("In", [])],
+        )  # fmt: skip
+        shell.events.register("post_run_cell", self._after_cell)
 
     @line_magic
     def raycluster(self, line: str) -> None:
@@ -83,6 +87,51 @@ class RayclusterMagics(Magics):
             raise UsageError(exc.message + (f"\n{exc.detail}" if exc.detail else "")) from None
         except KeyboardInterrupt:
             print("Interrupted. Nothing was deleted: `%raycluster list` shows your clusters.")
+
+    def _after_cell(self, result: Any) -> None:
+        """With c.Raylab.sync_pip: a plain `%pip install` also reaches the cluster."""
+        from .connect import connected_cluster
+
+        if connected_cluster() is None or not result.success:
+            return
+        cell = str(getattr(result.info, "raw_cell", "") or "")
+        if "pip" not in cell or cell.lstrip().startswith("%raycluster"):
+            return
+        try:
+            if not self.commands.settings.options.sync_pip:
+                return
+            requirements, local = synced_install(cell)
+            if requirements or local:
+                self.commands.add_requirements(requirements)
+        except RaylabError as exc:
+            print(f"Warning: not added to the cluster: {exc.message}", file=sys.stderr)
+
+
+def synced_install(cell: str) -> tuple[list[str], bool]:
+    """The index requirements of a cell's `%pip install` lines that did install, and
+    whether they installed local wheels or folders (shipped by the reconnect)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from .kernel_packages import requirement_name
+    from .kernel_pip import PipFailed, parse_install, pip_lines
+
+    out = []
+    local = False
+    for argv in pip_lines(cell):
+        try:
+            parsed = parse_install(argv)
+        except PipFailed:
+            continue
+        local = local or bool(parsed.local)
+        for requirement in parsed.index:
+            name = requirement_name(requirement)
+            try:
+                if name:
+                    version(name)  # %pip reports no failure to the cell: check it installed
+                    out.append(requirement)
+            except PackageNotFoundError:
+                continue
+    return out, local
 
 
 __all__ = ["RayclusterMagics", "in_notebook"]

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from .environment import ClusterEnvironment
 from .spec import ClusterSpec
 
 
@@ -48,6 +49,8 @@ class ClusterInfo:
     ray_version: str | None = None
     python_version: str | None = None  # "3.11": the cluster's Python minor
     logical_gpus: bool = False  # GPUs declared to Ray without physical devices
+    # The Ray environment connects apply (names only, no values); None: never set.
+    environment: ClusterEnvironment | None = None
 
     @property
     def gpus(self) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import time
 
+from .environment import ClusterEnvironment
 from .model import ClusterInfo, Phase, format_age
 
 COLUMNS = ("NAME", "PHASE", "WORKERS", "GPUS", "CPU/MEM PER WORKER", "AGE")
@@ -79,6 +80,39 @@ def summary(info: ClusterInfo) -> str:
     return "  ·  ".join(parts)
 
 
+def format_size(size: int) -> str:
+    """1.5 KiB, 3.2 MiB: one decimal, rounded half up in integers (render.ts does the
+    same, so the notebook's card and the sidebar's never differ in the last digit)."""
+    if size < 1024:
+        return f"{size} B"
+    unit = 1024
+    for name in ("KiB", "MiB", "GiB", "TiB"):
+        tenths = (size * 20 + unit) // (2 * unit)  # size * 10 / unit, rounded half up
+        if tenths < 10240 or name == "TiB":
+            break
+        unit *= 1024
+    return f"{tenths // 10}.{tenths % 10} {name}"
+
+
+def environment_text(env: ClusterEnvironment) -> str:
+    """One line: "working dir 3.2 MiB · 4 pip packages · 2 env vars" (render.ts too)."""
+    parts = []
+    if env.working_dir is not None:
+        parts.append(f"working dir {format_size(env.working_dir_bytes)}")
+    local = len(env.local_packages) + len(env.wheels)
+    if local:
+        parts.append(_count(local, "local package"))
+    if env.pip:
+        parts.append(_count(len(env.pip), "pip package"))
+    if env.env_names:
+        parts.append(_count(len(env.env_names), "env var"))
+    return " · ".join(parts) or "nothing synced"
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
 def card_fields(info: ClusterInfo, started: float | None = None) -> list[tuple[str, str]]:
     """The status card's rows, in order (the sidebar card shows the same)."""
     fields = [
@@ -93,6 +127,8 @@ def card_fields(info: ClusterInfo, started: float | None = None) -> list[tuple[s
         fields.append(("Age", format_age(info.age())))
     if info.ray_version:
         fields.append(("Ray", f"{info.ray_version} · Python {info.python_version}"))
+    if info.environment is not None:
+        fields.append(("Environment", environment_text(info.environment)))
     if info.endpoints.client:
         fields.append(("Client", info.endpoints.client))
     return fields

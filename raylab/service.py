@@ -15,6 +15,7 @@ from typing import Any
 
 from .backends.base import Backend
 from .config import Settings
+from .environment import ClusterEnvironment
 from .errors import (
     BackendUnavailable,
     ClusterFailed,
@@ -90,11 +91,14 @@ class ClusterService:
 
     # --- writes -------------------------------------------------------------------
 
-    def create(self, request: Mapping[str, Any]) -> tuple[ClusterInfo, bool]:
+    def create(
+        self, request: Mapping[str, Any], environment: ClusterEnvironment | None = None
+    ) -> tuple[ClusterInfo, bool]:
         """Create the cluster, or return the caller's existing one of that name.
 
         Returns (cluster, created). Everything is validated and checked against quotas
-        before anything is created.
+        before anything is created. `environment` is what a new cluster remembers (an
+        existing one keeps its own: the caller decides whether to change it).
         """
         spec = ClusterSpec.from_mapping(request, self.settings.profiles)
         if request.get("name") is not None:
@@ -109,7 +113,7 @@ class ClusterService:
         self._check_quota(spec)
         for _ in range(5):
             try:
-                return self.backend.create(spec, self.user), True
+                return self.backend.create(spec, self.user, environment), True
             except Conflict:
                 if request.get("name") is not None:
                     raise
@@ -134,6 +138,12 @@ class ClusterService:
             )
         self._check_quota(spec.with_workers(workers), replacing=info)
         return self.backend.scale(name, workers)
+
+    def set_environment(self, name: str, environment: ClusterEnvironment) -> ClusterInfo:
+        info = self.get(name)
+        if info.environment == environment:
+            return info
+        return self.backend.set_environment(name, environment)
 
     def set_suspended(self, name: str, suspended: bool) -> ClusterInfo:
         self.get(name)

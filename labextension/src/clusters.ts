@@ -31,6 +31,21 @@ export interface IClusterSpec {
 }
 
 /**
+ * The Ray environment a cluster remembers (`raylab/environment.py`,
+ * `ClusterEnvironment`): names only, never the values of its variables.
+ */
+export interface IEnvironment {
+  working_dir: string | null;
+  working_dir_bytes: number;
+  working_dir_files: number;
+  excludes: string[];
+  pip: string[];
+  wheels: string[];
+  local_packages: string[];
+  env_names: string[];
+}
+
+/**
  * One cluster as the server reports it (`ClusterInfo.to_json`).
  */
 export interface ICluster {
@@ -49,6 +64,8 @@ export interface ICluster {
   ray_version: string | null;
   python_version: string | null;
   logical_gpus: boolean;
+  /** Null until a kernel connected (or `up` made it) with an environment. */
+  environment: IEnvironment | null;
   spec: IClusterSpec;
   gpus: number;
   gpu_type: string;

@@ -3,7 +3,7 @@
  * CLI and the notebook status card: "Pending — reason", "2 × a100 (logical)",
  * "1/2 ready", "4 CPU · 16Gi memory", kubectl-style ages.
  */
-import type { ICluster, Phase } from './clusters';
+import type { ICluster, IEnvironment, Phase } from './clusters';
 
 export function phaseText(cluster: ICluster): string {
   return cluster.reason
@@ -25,6 +25,53 @@ export function workersText(cluster: ICluster): string {
 
 export function perWorkerText(cluster: ICluster): string {
   return `${cluster.spec.cpus} CPU · ${cluster.spec.memory} memory`;
+}
+
+/**
+ * 1.5 KiB, 3.2 MiB (`raylab.workdir.format_size`): one decimal, rounded half up
+ * in integers, so both cards agree to the last digit.
+ */
+export function formatSize(size: number): string {
+  if (size < 1024) {
+    return `${size} B`;
+  }
+  let unit = 1024;
+  let tenths = 0;
+  let name = 'KiB';
+  for (name of ['KiB', 'MiB', 'GiB', 'TiB']) {
+    tenths = Math.floor((size * 20 + unit) / (2 * unit));
+    if (tenths < 10240 || name === 'TiB') {
+      break;
+    }
+    unit *= 1024;
+  }
+  return `${Math.floor(tenths / 10)}.${tenths % 10} ${name}`;
+}
+
+function count(n: number, what: string): string {
+  return `${n} ${what}${n === 1 ? '' : 's'}`;
+}
+
+/**
+ * "working dir 3.2 MiB · 4 pip packages · 2 env vars"
+ * (`render.environment_text`).
+ */
+export function environmentText(env: IEnvironment): string {
+  const parts: string[] = [];
+  if (env.working_dir !== null) {
+    parts.push(`working dir ${formatSize(env.working_dir_bytes)}`);
+  }
+  const local = env.local_packages.length + env.wheels.length;
+  if (local) {
+    parts.push(count(local, 'local package'));
+  }
+  if (env.pip.length) {
+    parts.push(count(env.pip.length, 'pip package'));
+  }
+  if (env.env_names.length) {
+    parts.push(count(env.env_names.length, 'env var'));
+  }
+  return parts.join(' · ') || 'nothing synced';
 }
 
 /** kubectl-style ages: 42s, 7m, 3h, 5d (`raylab.model.format_age`). */
@@ -72,6 +119,9 @@ export function cardFields(
       'Ray',
       `${cluster.ray_version} · Python ${cluster.python_version ?? '?'}`
     ]);
+  }
+  if (cluster.environment) {
+    fields.push(['Environment', environmentText(cluster.environment)]);
   }
   return fields;
 }

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from ..environment import ClusterEnvironment
 from ..model import ClusterInfo
 from ..spec import ClusterSpec
 
@@ -27,9 +28,15 @@ class Backend(Protocol):
     # pod). Where it does not, a Degraded cluster cannot become Ready without the user.
     restarts_nodes: bool
 
-    def create(self, spec: ClusterSpec, owner: str) -> ClusterInfo:
+    def create(
+        self, spec: ClusterSpec, owner: str, environment: ClusterEnvironment | None = None
+    ) -> ClusterInfo:
         """Start creating; returns at once or after the cheap first step. Raises Conflict
         when the name is taken."""
+        ...
+
+    def set_environment(self, name: str, environment: ClusterEnvironment) -> ClusterInfo:
+        """Remember the Ray environment that connects to this cluster apply."""
         ...
 
     def get(self, name: str) -> ClusterInfo | None: ...

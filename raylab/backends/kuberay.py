@@ -19,6 +19,8 @@ from dataclasses import asdict
 from typing import Any
 
 from ..config import Settings
+from ..environment import ANNOTATION as ENVIRONMENT_ANNOTATION
+from ..environment import ClusterEnvironment
 from ..errors import BackendUnavailable, NotFound, SpecError
 from ..manifest import (
     CLIENT_PORT,
@@ -90,7 +92,9 @@ class KubeRayBackend:
 
     # --- Backend interface --------------------------------------------------------
 
-    def create(self, spec: ClusterSpec, owner: str) -> ClusterInfo:
+    def create(
+        self, spec: ClusterSpec, owner: str, environment: ClusterEnvironment | None = None
+    ) -> ClusterInfo:
         profile = self.settings.profiles.get(spec.gpu_type)
         if profile is None:
             raise SpecError("gpu_type", f"unknown GPU type {spec.gpu_type!r}")
@@ -115,6 +119,8 @@ class KubeRayBackend:
         )
         if made.secret:
             body["metadata"]["annotations"][AUTH_ANNOTATION] = "token"
+        if environment is not None:
+            body["metadata"]["annotations"][ENVIRONMENT_ANNOTATION] = environment.to_annotation()
         try:
             with api_errors(self._call("create", PLURAL, spec.name)):
                 obj = self._json(self.custom.create_namespaced_custom_object, *RAY,
@@ -198,6 +204,11 @@ class KubeRayBackend:
                  "value": spec_annotation(spec)}
             )  # fmt: skip
         return self._patch(name, patch, "application/json-patch+json")
+
+    def set_environment(self, name: str, environment: ClusterEnvironment) -> ClusterInfo:
+        self._require(name)  # a merge patch of a missing object would say less
+        patch = {"metadata": {"annotations": {ENVIRONMENT_ANNOTATION: environment.to_annotation()}}}
+        return self._patch(name, patch, "application/merge-patch+json")
 
     def set_suspended(self, name: str, suspended: bool) -> ClusterInfo:
         return self._patch(name, {"spec": {"suspend": suspended}}, "application/merge-patch+json")

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ..environment import ANNOTATION as ENVIRONMENT_ANNOTATION
+from ..environment import ClusterEnvironment
 from ..manifest import (
     CLIENT_PORT,
     DASHBOARD_PORT,
@@ -108,6 +110,7 @@ def cluster_info(
         ray_version=(obj.get("spec") or {}).get("rayVersion") or None,
         python_version=annotations.get(PYTHON_ANNOTATION) or None,
         logical_gpus=False,
+        environment=ClusterEnvironment.from_annotation(annotations.get(ENVIRONMENT_ANNOTATION)),
     )
 
 

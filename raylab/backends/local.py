@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import auth
+from ..environment import ClusterEnvironment
 from ..errors import BackendUnavailable, Conflict, NotFound, SpecError
 from ..model import ClusterInfo, Endpoints, Phase
 from ..spec import ClusterSpec, parse_quantity
@@ -75,6 +76,7 @@ class _State:
     # "token": every node checks the cluster's token (auth.TOKEN_FILE beside this file);
     # "disabled" for clusters made with auth off, or before raylab had it.
     auth: str = "disabled"
+    environment: ClusterEnvironment | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -89,6 +91,7 @@ class _State:
             "deleting": self.deleting,
             "logical_gpus": self.logical_gpus,
             "auth": self.auth,
+            "environment": self.environment.to_json() if self.environment else None,
         }
 
     @classmethod
@@ -105,6 +108,7 @@ class _State:
             deleting=data.get("deleting", False),
             logical_gpus=data.get("logical_gpus", False),
             auth=data.get("auth", "disabled"),
+            environment=ClusterEnvironment.from_json(data.get("environment")),
         )
 
 
@@ -169,7 +173,9 @@ class LocalBackend:
 
     # --- Backend interface --------------------------------------------------------
 
-    def create(self, spec: ClusterSpec, owner: str) -> ClusterInfo:
+    def create(
+        self, spec: ClusterSpec, owner: str, environment: ClusterEnvironment | None = None
+    ) -> ClusterInfo:
         from importlib.metadata import version
 
         with self._lock():
@@ -188,6 +194,7 @@ class LocalBackend:
                 nodes=[],
                 logical_gpus=spec.gpus > physical_gpu_count(),
                 auth="token" if self.token_auth else "disabled",
+                environment=environment,
             )
             self._start_nodes(spec.name, state)
         return self._info(spec.name, state)
@@ -229,6 +236,13 @@ class LocalBackend:
             else:
                 self._start_workers(name, state, range(len(current) + 1, workers + 1))
             state.logical_gpus = state.spec.gpus > physical_gpu_count()
+            self._write(name, state)
+            return self._info(name, state)
+
+    def set_environment(self, name: str, environment: ClusterEnvironment) -> ClusterInfo:
+        with self._lock():
+            state = self._require(name)
+            state.environment = environment
             self._write(name, state)
             return self._info(name, state)
 
@@ -426,6 +440,7 @@ class LocalBackend:
             ray_version=state.ray_version,
             python_version=state.python_version,
             logical_gpus=state.logical_gpus,
+            environment=state.environment,
         )
 
     def _status(self, state: _State) -> tuple[Phase, str, int, bool]:
@@ -561,4 +576,4 @@ def _changed(a: ClusterInfo, b: ClusterInfo) -> bool:
         b.workers_ready,
         b.workers_desired,
         b.endpoints,
-    )
+    ) or a.environment != b.environment

@@ -14,8 +14,9 @@ from ..model import ClusterInfo
 from .analysis import analyze
 from .cluster import target_for
 from .codegen import build_module
+from .environment import carried, report_lines
 from .notebook import Cell, CellMode, read_cells, select_cells
-from .project import REPORT, Project, project_files, write_project
+from .project import Project, project_files, write_project
 from .report import build_report
 
 DEFAULT_SCHEDULE = "0 3 * * *"  # daily, 03:00 UTC: after the day's data, before people
@@ -65,17 +66,29 @@ def export_notebook(
         else "raylab's defaults (no cluster was connected or named with --cluster)"
     )
     target = target_for(cluster, settings, source)
+    # The same modules, requirements and env-var names as the cluster's environment.
+    carry = carried(
+        cluster.environment if cluster else None,
+        pipeline,
+        settings.options.working_dir_max_mib * 2**20,
+    )
+    analysis.add_requirements(carry.requirements)
+    analysis.add_env(list(carry.env_names))
     module = build_module(analysis, pipeline, path.name)
     report = build_report(
         name=pipeline, notebook=path.name, schedule=cron, a=analysis, steps=module.steps,
         target=target,
     )  # fmt: skip
-    project = Project(pipeline, path.name, cron, analysis, module, target)
+    extra = report_lines(carry)
+    if extra:
+        report = report.rstrip("\n") + "\n" + "\n".join(extra) + "\n"
+    project = Project(pipeline, path.name, cron, analysis, module, target, carry)
     files = project_files(project, report)
     out = Path(out_dir).expanduser() if out_dir else path.parent / f"{pipeline}_pipeline"
     out = out.resolve()
     write_project(out, files, force=force)
     warnings = [f"undefined name: {u}" for u in analysis.undefined]
+    warnings += [f"not carried into the pipeline: {n}" for n in carry.notes]
     if analysis.gpu_cells and not target.spec.gpus:
         numbers = ", ".join(map(str, analysis.gpu_cells))
         warnings.append(f"cells {numbers} ask Ray for GPUs but the pipeline's cluster has none; "
@@ -86,7 +99,7 @@ def export_notebook(
     if not analysis.in_order:
         warnings.append("the notebook's cells were run out of order; the pipeline runs them "
                         "top to bottom")  # fmt: skip
-    return ExportResult(pipeline, out, sorted(files), files[REPORT], warnings, analysis.undefined)
+    return ExportResult(pipeline, out, sorted(files), report, warnings, analysis.undefined)
 
 
 def pipeline_name(raw: str) -> str:

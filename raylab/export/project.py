@@ -12,7 +12,7 @@ import json
 import shutil
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from .cluster import (
     token_secret_name,
 )
 from .codegen import Module, StepPlan
+from .environment import Carried
 from .errors import ExportError
 from .model import Analysis
 from .render import render
@@ -40,6 +41,7 @@ class Project:
     analysis: Analysis
     module: Module
     target: ClusterTarget
+    carried: Carried = field(default_factory=Carried)
 
     @property
     def package(self) -> str:
@@ -62,7 +64,7 @@ class Project:
         return {"ops": {step.asset: {"config": dict(config)} for step in self.module.steps}}
 
 
-def project_files(p: Project, report: str) -> dict[str, str]:
+def project_files(p: Project, report: str) -> dict[str, str | bytes]:
     fields = ray_cluster_spec(p.target, p.name)
     snapshot = {_camel(k): v for k, v in fields.items()}
     a, spec = p.analysis, p.target.spec
@@ -76,6 +78,8 @@ def project_files(p: Project, report: str) -> dict[str, str]:
             ray_requirement=f"ray[data,client]=={p.target.ray_version}",
             requirements=a.requirements,
             package=p.package,
+            package_modules=p.carried.package_modules,
+            file_modules=p.carried.file_modules,
             name=p.name,
         ),
         f"{p.package}/__init__.py": f'"""The {p.name} pipeline, exported by raylab from '
@@ -102,6 +106,7 @@ def project_files(p: Project, report: str) -> dict[str, str]:
             ray_cluster_spec=fields,
             requirements=a.requirements,
             env_names=a.env_names,
+            modules=list(p.carried.modules),
         ),
         f"{p.package}/resources.py": render("resources.py.j2"),
         f"{p.package}/definitions.py": render(
@@ -131,8 +136,8 @@ def project_files(p: Project, report: str) -> dict[str, str]:
     }
     if a.result_text is not None:
         files["tests/notebook_result.txt"] = a.result_text + "\n"
-    _check_python(files)
-    return files
+    _check_python(files)  # what raylab generated; the notebook's own modules are theirs
+    return {**files, **p.carried.files}
 
 
 def _step_view(p: Project, step: StepPlan, index: int) -> dict[str, Any]:
@@ -187,7 +192,7 @@ def _check_python(files: Mapping[str, str]) -> None:
                 raise AssertionError(f"{path} calls get_ipython()")
 
 
-def write_project(out_dir: Path, files: Mapping[str, str], *, force: bool) -> None:
+def write_project(out_dir: Path, files: Mapping[str, str | bytes], *, force: bool) -> None:
     if out_dir.exists():
         if not force:
             raise Conflict(
@@ -206,7 +211,10 @@ def write_project(out_dir: Path, files: Mapping[str, str], *, force: bool) -> No
         for rel, text in files.items():
             path = staging / rel
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+            if isinstance(text, bytes):
+                path.write_bytes(text)
+            else:
+                path.write_text(text, encoding="utf-8")
         if out_dir.exists():
             old = staging.with_name(staging.name + "-old")
             out_dir.rename(old)

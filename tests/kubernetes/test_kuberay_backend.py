@@ -22,6 +22,7 @@ import raylab.backends.kuberay_config as kuberay_config
 from raylab.backends.kuberay import KubeRayBackend
 from raylab.backends.kuberay_portforward import Relay
 from raylab.backends.kuberay_watch import Changed, Informer, Message, Synced
+from raylab.environment import ANNOTATION, ClusterEnvironment
 from raylab.errors import BackendUnavailable, Forbidden, NotFound
 from raylab.manifest import owner_label
 from raylab.model import ClusterInfo, Phase
@@ -124,6 +125,26 @@ def test_autoscaling_cluster_passes_pod_security_and_scales(
     wait_info(alice, "auto", lambda i: is_ready(i) and i.workers_ready == 3, "3 workers")
     alice.delete("auto", propagation="Background")
     wait_until("auto gone", lambda: alice.get("auto") is None, timeout=30)
+
+
+def test_the_environment_is_kept_on_the_raycluster_without_values(
+    alice: KubeRayBackend, admin_api: k8s_client.ApiClient, namespace: str
+) -> None:
+    """What every kernel's connect, the sidebar and the export read back (names only)."""
+    env = ClusterEnvironment(working_dir="/home/alice/nb", working_dir_bytes=3 << 20,
+                             pip=("numpy>=2",), env_names=("HF_TOKEN",))  # fmt: skip
+    created = alice.create(spec("envc", gpus=0, gpu_type="cpu", workers=0), "alice", env)
+    assert created.environment == env
+    changed = env.with_changes(pip=("numpy>=2", "torch==2.5"), working_dir=None)
+    assert alice.set_environment("envc", changed).environment == changed
+    assert alice.get("envc").environment == changed  # type: ignore[union-attr]
+    obj = call_json(k8s_client.CustomObjectsApi(admin_api).get_namespaced_custom_object,
+                    *RAY, namespace, "rayclusters", "envc")  # fmt: skip
+    assert ClusterEnvironment.from_annotation(obj["metadata"]["annotations"][ANNOTATION]) == (
+        changed
+    )
+    alice.delete("envc", propagation="Background")
+    wait_until("envc gone", lambda: alice.get("envc") is None, timeout=30)
 
 
 def test_deleting_shows_until_the_object_is_gone(

@@ -107,6 +107,8 @@ magic_words = st.sampled_from(
         "--image", "--min-workers", "--max-workers", "--timeout", "--backend", "--tail",
         "--all", "--no-connect", "-1", "3", "0", "a100", "v100", "ray-x", "Bad_Name",
         "'", '"', "\\", ";", "&&", "|", "$HOME", "--", "-", "=",
+        "--working-dir", "--no-sync", "--pip", "--requirements", "--env", "--exclude", "pip",
+        "install", "KEY=1", "1=x", "x.whl", "missing.txt",
     ]
 )  # fmt: skip
 lines = st.one_of(

@@ -17,6 +17,8 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from raylab.backends.local import LocalBackend
 from raylab.config import Settings
+from raylab.env_values import EnvValues
+from raylab.environment import ClusterEnvironment
 from raylab.model import Phase
 from raylab.service import ClusterService
 from tests.server.conftest import as_user
@@ -76,6 +78,24 @@ async def test_owner_sees_it_others_do_not(jp_fetch: Any, alices_cluster: str) -
     assert (await fetch_json(jp_fetch, "clusters", user="bob", params={"all": "1"}))[
         "clusters"
     ] == []
+
+
+async def test_the_environment_shows_names_never_values(jp_fetch: Any, alices_cluster: str) -> None:
+    """As `up --env TOKEN=...` leaves it: the names with the cluster, the value in the
+    owner's 0600 file, which no REST answer reads."""
+    svc = service(OWNER)
+    env = ClusterEnvironment(working_dir="/nb", working_dir_bytes=3 << 20, env_names=("TOKEN",))
+    info = svc.set_environment(NAME, env)
+    values = EnvValues.default()
+    values.save(info, {"TOKEN": "s3cret-rest"})
+    try:
+        one = await jp_fetch("raylab", "clusters", NAME, headers=as_user(OWNER))
+        every = await jp_fetch("raylab", "clusters", headers=as_user(OWNER))
+        assert json.loads(one.body)["cluster"]["environment"]["env_names"] == ["TOKEN"]
+        assert b"s3cret-rest" not in one.body + every.body
+    finally:
+        values.delete(info)
+        svc.set_environment(NAME, ClusterEnvironment())
 
 
 async def test_admin_overview(jp_fetch: Any, alices_cluster: str) -> None:
