@@ -55,7 +55,8 @@ def build_report(
         "| `RAYLAB_RAY_BACKEND` | `kuberay` (default): a RayJob per step from `cluster.py`; "
         "`local`: Ray on this machine |",
         f"| `RAYLAB_RAY_NAMESPACE` | namespace of the RayJobs (default `{target.namespace}`) |",
-        "| `RAY_ADDRESS` | with `local`: an existing Ray to use instead of a private one |",
+        "| `RAY_ADDRESS` | with `local`: an existing Ray to use instead of a private one "
+        "(a raylab cluster's: with the `RAY_AUTH_*` lines of `raylab env NAME`) |",
         "| `RAY_AUTH_MODE`, `RAY_AUTH_TOKEN` | with `kuberay`: `token`, and the token in the "
         f"Secret `{token_secret_name(name)}` (below), which Ray Client presents |",
     ]

@@ -146,6 +146,11 @@ def test_notebook_becomes_a_working_pipeline(
     if case.on_cluster:
         assert cluster.endpoints.client
         env["RAY_ADDRESS"] = cluster.endpoints.client
+        # The cluster checks its token: what `raylab env` prints gives it to the run.
+        shell = cli("env", CLUSTER, "--backend", "local").stdout
+        env.update(ln.removeprefix("export ").split("=", 1) for ln in shell.splitlines()
+                   if ln.startswith("export RAY_AUTH"))  # fmt: skip
+        assert env["RAY_AUTH_MODE"] == "token"
     tests = fresh.run("-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", cwd=project, **env)
     report = tests.stdout + tests.stderr
     assert tests.returncode == 0, report
