@@ -291,9 +291,10 @@ def test_browser_check_activates_raylab(
         pytest.fail(f"browser_check timed out after {BROWSER_CHECK_TIMEOUT_S}s:\n{exc.output!r}")
 
     assert "Browser test complete" in out, out
-    # The plugin ran in the page: it logs the profile count, or warns when the server
-    # extension does not answer. It must never raise during activation.
-    assert re.search(r"raylab: (\d+ GPU profiles|could not load GPU profiles)", out), out
+    # The plugin ran in the page and the server extension (installed from the same wheel)
+    # answered it: it logs the profile count. It must never raise during activation.
+    assert "could not load GPU profiles" not in out, out
+    assert re.search(r"raylab: \d+ GPU profiles", out), out
     # browser_check itself fails on console.error calls and Python logged errors; Chromium's
     # own "Failed to load resource" console lines (a 404 without the server extension) are
     # not calls, so they are allowed. Uncaught page errors are not.

@@ -290,11 +290,22 @@ async def test_events_follow_clusters_made_elsewhere(
     ready = added
     while ready["cluster"]["phase"] != "Ready":
         ready = await next_of(alice, "MODIFIED", "api2")
-    await asyncio.get_running_loop().run_in_executor(None, svc.delete, "api2")
+    # bob makes one too, and deletes it after alice has deleted hers: one watch feeds
+    # both streams in order, so had alice's events leaked to bob they would come first.
+    bobs = service("bob")
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, lambda: bobs.create({"name": "api3", "workers": 0}))
+    await loop.run_in_executor(None, svc.delete, "api2")
     deleted = await next_of(alice, "DELETED", "api2")
     assert deleted["cluster"]["name"] == "api2"
-    # bob's stream never carried alice's cluster.
-    assert bob is not None
+    await loop.run_in_executor(None, bobs.delete, "api3")
+    seen = []
+    async for msg in bob:
+        seen.append(msg.get("cluster", {}).get("name"))
+        if msg["type"] == "DELETED" and seen[-1] == "api3":
+            break
+    assert "api3" in seen
+    assert set(seen) <= {"api3", None}, f"bob's stream carried {seen}"
     listed = await fetch_json(jp_fetch, "clusters", user="bob")
     assert listed["clusters"] == []
     await alice.aclose()

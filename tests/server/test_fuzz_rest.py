@@ -44,7 +44,8 @@ def answer(loop: Any, jp_fetch: Any, *path: str, **kw: Any) -> tuple[int, Any]:
 
 def check(code: int, body: bytes, state_dir: Path) -> None:
     assert code < 500, body
-    if code >= 400 and body:
+    if code >= 400:
+        assert body, f"a {code} without raylab's JSON error body"
         payload = json.loads(body)
         assert payload["error"], payload
         assert "Traceback" not in payload["error"]
