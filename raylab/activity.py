@@ -83,10 +83,11 @@ class ActivityReader:
             return Activity("unknown", str(exc))
         metrics.DASHBOARD_REQUESTS.labels("ok").inc()
         result = (actors.get("data") or {}).get("result") or {}
+        # `total` counts dead actors too; the filtered list is what is alive.
         alive = result.get("result") or []
-        if alive or int(result.get("total") or 0) > 0:
+        if alive:
             names = ", ".join(str(a.get("name") or a.get("class_name") or "?") for a in alive)
-            return Activity("active", f"live actors: {names}" if names else "live actors")
+            return Activity("active", f"live actors: {names}")
         if active != "INACTIVE":
             return Activity("unknown", f"the dashboard reported driver activity {active!r}")
         return Activity("idle")

@@ -97,7 +97,8 @@ def current() -> ClusterInfo:
 
 def dashboard(info: ClusterInfo, path: str, body: dict[str, Any] | None = None) -> Any:
     token = service().auth_token(NAME)
-    assert token and info.endpoints.dashboard
+    assert token
+    assert info.endpoints.dashboard
     request = urllib.request.Request(
         info.endpoints.dashboard + path,
         data=json.dumps(body).encode() if body is not None else None,
@@ -216,7 +217,7 @@ def test_idle_is_warned_kept_then_suspended_with_the_reason(
     assert current().idle == IdleState(since=t0)
     assert "idle for 0 s" in magic(shell, "list")
 
-    clock.advance(61)  # 2 min limit, warned 1 min ahead
+    clock.advance(60)  # 2 min limit, warned 1 min ahead
     assert first.sweep([current()]).warned == [NAME]
     warned = current()
     assert warned.idle.suspend_at == t0 + 120
@@ -230,10 +231,11 @@ def test_idle_is_warned_kept_then_suspended_with_the_reason(
     clock.advance(60)  # past the old deadline: nothing happens, the clock restarted
     report = first.sweep([current()])
     assert (report.warned, report.suspended) == ([], [])
-    assert current().idle == IdleState(since=t0 + 121)
+    assert current().idle == IdleState(since=t0 + 120)
 
-    clock.advance(61)
+    clock.advance(60)
     assert first.sweep([current()]).warned == [NAME]
+    assert current().idle.suspend_at == t0 + 240
     clock.advance(60)
     # Two cullers decide at once from the same view: one suspends, one is refused.
     seen = current()

@@ -8,7 +8,7 @@ import pytest
 from raylab.activity import Activity
 from raylab.culler.rules import Action, Decision, Policy, decide, policy_for
 from raylab.errors import SpecError
-from raylab.model import IdleState
+from raylab.model import ClusterInfo, IdleState, Phase
 from raylab.profiles import Profiles
 from raylab.spec import ClusterSpec, parse_duration
 
@@ -107,27 +107,20 @@ def spec(**fields: object) -> ClusterSpec:
     return ClusterSpec.from_mapping(fields, Profiles())
 
 
-def info_of(s: ClusterSpec) -> object:
-    from raylab.model import ClusterInfo, Phase
-
+def info_of(s: ClusterSpec) -> ClusterInfo:
     return ClusterInfo(name=s.name, owner="alice", backend="local", phase=Phase.READY, spec=s)
 
 
 def test_policy_per_gpu_type_and_the_users_own_limit() -> None:
-    from raylab.model import ClusterInfo
-
     profiles = Profiles()
     gpu = info_of(spec(gpus=1, gpu_type="a100"))
     cpu = info_of(spec())
     mine = info_of(spec(gpus=1, gpu_type="a100", idle_suspend_minutes="30m"))
-    assert isinstance(gpu, ClusterInfo) and isinstance(cpu, ClusterInfo)
-    assert isinstance(mine, ClusterInfo)
     assert policy_for(gpu, profiles, 10, 30) == Policy(3600, 600, 1800)
     assert policy_for(cpu, profiles, 10, 30).limit_s == 0
     assert policy_for(mine, profiles, 10, 30).limit_s == 1800
     # On CPU clusters (off by the admin) a user may still ask for a limit.
     own = info_of(spec(idle_suspend_minutes="90s"))
-    assert isinstance(own, ClusterInfo)
     assert policy_for(own, profiles, 10, 30) == Policy(90, 90, 1800)
 
 
@@ -149,5 +142,10 @@ def test_asking_for_more_than_the_admin_is_one_clear_line(value: str, message: s
 
 def test_durations() -> None:
     assert [parse_duration(v) for v in ("30m", "90s", "2h", "1d", "5", 1.5)] == [
-        1800, 90, 7200, 86400, 300, 90
+        1800,
+        90,
+        7200,
+        86400,
+        300,
+        90,
     ]
