@@ -52,9 +52,10 @@ class ActivityReader:
     """Reads clusters' activity; remembers each cluster's token (by uid) between sweeps,
     so reading a KubeRay cluster's activity costs no Kubernetes request after the first."""
 
-    def __init__(self, backend: Backend, timeout: float = 5.0) -> None:
+    def __init__(self, backend: Backend, timeout: float = 5.0, address_template: str = "") -> None:
         self.backend = backend
         self.timeout = timeout
+        self.address_template = address_template  # c.Raylab.culler_dashboard_url
         self._tokens: dict[str, str | None] = {}
         self._lock = threading.Lock()
         self.requests = 0  # dashboard requests made, for the benchmark and the metrics
@@ -63,7 +64,7 @@ class ActivityReader:
         from . import metrics
 
         try:
-            address = self.backend.dashboard_address(info) or info.endpoints.dashboard
+            address = self._address(info)
             token = self._token(info)
         except RaylabError as exc:
             return Activity("unknown", f"cannot reach the dashboard: {exc.message}")
@@ -91,6 +92,11 @@ class ActivityReader:
         if active != "INACTIVE":
             return Activity("unknown", f"the dashboard reported driver activity {active!r}")
         return Activity("idle")
+
+    def _address(self, info: ClusterInfo) -> str | None:
+        if self.address_template:
+            return self.address_template.format(name=info.name, namespace=info.namespace or "")
+        return self.backend.dashboard_address(info) or info.endpoints.dashboard
 
     def forget(self, info: ClusterInfo) -> None:
         with self._lock:

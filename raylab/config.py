@@ -119,6 +119,12 @@ class Raylab(Configurable):
         help="A cluster whose activity cannot be read is never suspended. Its idle clock "
         "survives a gap this long; after a longer one it starts again.",
     ).tag(config=True)
+    culler_dashboard_url = Unicode(
+        "",
+        help="Where cullers reach each cluster's dashboard, with {name} and {namespace}, "
+        "when not the usual way (the head Service from inside Kubernetes, a port-forward "
+        "from outside; the local backend's own port), e.g. through a proxy of yours.",
+    ).tag(config=True)
     culler = Enum(
         ["server", "off"],
         "server",

@@ -60,7 +60,7 @@ class Culler:
         self.settings = settings
         self.owner = owner  # only this user's clusters (the server extension); None: all
         self.clock = clock
-        self.reader = reader or ActivityReader(backend)
+        self.reader = reader or ActivityReader(backend, address_template=o.culler_dashboard_url)
         self.meter = meter or Meter(
             store_for(backend),
             flush_s=o.usage_flush_seconds,
