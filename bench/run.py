@@ -8,6 +8,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_auth
+import bench_culler
 import bench_import
 import bench_load
 import bench_ready_latency
@@ -26,6 +27,7 @@ BENCHES = {
     "server": bench_server.run,
     "load": bench_load.run,
     "sidebar": bench_sidebar.run,
+    "culler": bench_culler.run,
 }
 
 
