@@ -176,7 +176,7 @@ def run() -> list[Figure]:
             clock[0] += 55 * 60
             sweep("warning sweep (50 min later)")
             settled(lambda c: c.idle.suspend_at is not None)
-            clock[0] += 10 * 60
+            clock[0] += 10 * 60 + 1  # + 1 s: the annotation keeps whole seconds
             sweep("suspending sweep (10 min later)")
             mirror.stop()
         finally:

@@ -219,7 +219,8 @@ def idle_from_annotation(text: str | None) -> IdleState:
 
 
 def _utc(epoch: float) -> str:
-    return datetime.fromtimestamp(round(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # Whole seconds, rounded down: a stored deadline is never later than the one decided.
+    return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def spec_annotation(spec: ClusterSpec) -> str:

@@ -258,8 +258,8 @@ def test_conditional_updates_let_one_writer_win(
     done = IdleState(since=t - 100, suspended_at=t)
     results = [backend.update_idle("race", done, expected=warned, suspend=True) for _ in "ab"]
     assert results == [True, False]
-    assert idle_of(admin_api, namespace, "race") == IdleState(since=round(t - 100),
-                                                              suspended_at=round(t))  # fmt: skip
+    assert idle_of(admin_api, namespace, "race") == IdleState(since=int(t - 100),
+                                                              suspended_at=int(t))  # fmt: skip
     assert alice.get("race").phase == Phase.SUSPENDED
     # Keep running (unconditional) after a stale culler read: the culler's write loses.
     alice.set_suspended("race", False)

@@ -149,3 +149,16 @@ def test_durations() -> None:
         300,
         90,
     ]
+
+
+def test_the_annotation_is_canonical_and_round_trips() -> None:
+    from raylab.manifest import idle_annotation, idle_from_annotation
+
+    state = IdleState(since=T0 + 0.7, suspend_at=T0 + 3600.2, unknown_reason="")
+    text = idle_annotation(state)
+    assert text == '{"since":"2027-01-15T08:00:00Z","suspend_at":"2027-01-15T09:00:00Z"}'
+    back = idle_from_annotation(text)
+    assert back == IdleState(since=T0, suspend_at=T0 + 3600)
+    assert idle_annotation(back) == text  # what a culler tests is what it read
+    assert idle_from_annotation("not json") == IdleState()
+    assert idle_annotation(IdleState()) == "{}"
