@@ -263,6 +263,7 @@ def test_conditional_updates_let_one_writer_win(
     assert alice.get("race").phase == Phase.SUSPENDED
     # Keep running (unconditional) after a stale culler read: the culler's write loses.
     alice.set_suspended("race", False)
+    wait_info(alice.backend, "race", lambda i: i.phase == Phase.READY, "Ready again")
     assert backend.update_idle("race", warned)
     alice_view = alice.get("race").idle
     kept = alice.keep_running("race")
