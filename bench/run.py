@@ -8,6 +8,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_auth
+import bench_culler
 import bench_import
 import bench_load
 import bench_ready_latency
@@ -28,6 +29,7 @@ BENCHES = {
     "load": bench_load.run,
     "sidebar": bench_sidebar.run,
     "workdir": bench_workdir.run,
+    "culler": bench_culler.run,
 }
 
 

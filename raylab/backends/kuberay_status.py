@@ -22,11 +22,13 @@ from ..manifest import (
     CLIENT_PORT,
     DASHBOARD_PORT,
     GPU_TYPE_LABEL,
+    IDLE_ANNOTATION,
     OWNER_ANNOTATION,
     OWNER_LABEL,
     PYTHON_ANNOTATION,
     SPEC_ANNOTATION,
     WORKER_GROUP,
+    idle_from_annotation,
 )
 from ..model import ClusterInfo, Endpoints, Phase
 from ..spec import ClusterSpec
@@ -111,6 +113,8 @@ def cluster_info(
         python_version=annotations.get(PYTHON_ANNOTATION) or None,
         logical_gpus=False,
         environment=ClusterEnvironment.from_annotation(annotations.get(ENVIRONMENT_ANNOTATION)),
+        uid=str(meta.get("uid") or ""),
+        idle=idle_from_annotation(annotations.get(IDLE_ANNOTATION)),
     )
 
 
