@@ -146,7 +146,10 @@ def raycluster_manifest(
             "rayStartParams": head_params,
             "template": {
                 "metadata": {"labels": dict(labels)},
-                "spec": _pod(head, head_memory, service_account, token=head_token),
+                "spec": {
+                    **_pod(head, head_memory, service_account, token=head_token),
+                    **_placement(profile.head_node_selector, profile.head_tolerations),
+                },
             },
         },
         "workerGroupSpecs": [group],
@@ -214,6 +217,18 @@ def _container(
     if ports:
         container["ports"] = ports
     return container
+
+
+def _placement(
+    selector: dict[str, str], tolerations: list[dict[str, str]]
+) -> dict[str, Any]:
+    """nodeSelector and tolerations, each only if it says something."""
+    placement: dict[str, Any] = {}
+    if selector:
+        placement["nodeSelector"] = dict(selector)
+    if tolerations:
+        placement["tolerations"] = [dict(t) for t in tolerations]
+    return placement
 
 
 def _pod(

@@ -355,6 +355,9 @@ func (c *container) runOnce(envr *envResolver, vols map[string]volume) (int, err
 		message = logs.tail()
 	}
 	removeCgroup(cgroup)
+	if code != 0 && !p.stopping() {
+		log.Printf("%s/%s: exited %d (%s): %s", p.key(), c.spec.Name, code, reason, lastLine(logs.tail()))
+	}
 	c.mu.Lock()
 	c.state = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
 		ExitCode: int32(code), Reason: reason, Message: message,
@@ -364,6 +367,11 @@ func (c *container) runOnce(envr *envResolver, vols map[string]volume) (int, err
 	c.mu.Unlock()
 	p.notify()
 	return code, nil
+}
+
+func lastLine(text string) string {
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	return lines[len(lines)-1]
 }
 
 // waitPID reads the host PID that init writes as soon as it starts.

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // `procnode init SPEC` is each container's first process: PID 1 of a PID namespace of
@@ -85,6 +87,23 @@ func initMain(specPath string) {
 			fail(exitInitError, "procnode init: joining memory cgroup: %v", err)
 		}
 	}
+	// Hold every host path the container needs by descriptor: the state folder may
+	// itself be under /tmp, which the container's own /tmp is about to hide.
+	held := func(path string) string {
+		fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			fail(exitInitError, "procnode init: %s: %v", path, err)
+		}
+		return fmt.Sprintf("/proc/self/fd/%d", fd)
+	}
+	spec.Tmp, spec.Hosts, spec.Resolv, spec.Hostname = held(spec.Tmp), held(spec.Hosts), held(spec.Resolv), held(spec.Hostname)
+	if spec.CgroupDir != "" {
+		spec.CgroupDir = held(spec.CgroupDir)
+	}
+	for i := range spec.Mounts {
+		spec.Mounts[i].Source = held(spec.Mounts[i].Source)
+	}
+	spec.ExitFile = filepath.Join(held(filepath.Dir(spec.ExitFile)), filepath.Base(spec.ExitFile))
 	if err := setupFilesystem(&spec); err != nil {
 		fail(exitInitError, "procnode init: %v", err)
 	}

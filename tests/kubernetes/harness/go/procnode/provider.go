@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -9,6 +10,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 )
@@ -108,12 +111,23 @@ func (pr *provider) DeletePod(_ context.Context, pod *corev1.Pod) error {
 		grace = time.Duration(*g) * time.Second
 	}
 	go func() {
+		began := time.Now()
 		p.terminate(grace)
+		log.Printf("%s: stopped in %.1fs", p.key(), time.Since(began).Seconds())
 		pr.mu.Lock()
 		if pr.pods[p.key()] == p {
 			delete(pr.pods, p.key())
 		}
 		pr.mu.Unlock()
+		// As the kubelet does once a deleted pod's containers are gone: remove the
+		// object now rather than at the end of its grace period.
+		zero := int64(0)
+		err := pr.client.CoreV1().Pods(pod.Namespace).Delete(context.Background(), pod.Name, metav1.DeleteOptions{
+			GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &pod.UID},
+		})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			log.Printf("%s: deleting: %v", p.key(), err)
+		}
 	}()
 	return nil
 }
