@@ -45,6 +45,8 @@ kwok-h100-0  4               nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3,
                              nvidia.com/gpu.present=true,
                              raylab.io/gpu-type=h100
 kwok-cpu-0   -               (none)
+proc-cpu-0   -               raylab.io/process-node=true,
+                             raylab.io/image-not-pulled=true
 proc-gpu-0   8 (logical)     raylab.io/process-node=true,
                              raylab.io/image-not-pulled=true,
                              raylab.io/gpu-type=proc (see processnodes.py)

@@ -98,9 +98,13 @@ class ProcessNode:
         return capacity
 
 
+# As real clusters are laid out: heads on a CPU pool, GPU workers on a tainted GPU pool.
 # Capacity is what the scheduler counts, not this machine's: two small clusters (a head
-# and two workers each, 1 CPU and 2 GiB apiece) fit with room for a restart.
-PROCESS_NODES: tuple[ProcessNode, ...] = (ProcessNode("proc-gpu-0", "16", "64Gi", gpus=8),)
+# and two workers each) fit with room for restarts.
+PROCESS_NODES: tuple[ProcessNode, ...] = (
+    ProcessNode("proc-cpu-0", "8", "32Gi"),
+    ProcessNode("proc-gpu-0", "16", "64Gi", gpus=8),
+)
 
 
 def process_profile() -> dict[str, Any]:

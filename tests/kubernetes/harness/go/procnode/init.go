@@ -107,9 +107,24 @@ func initMain(specPath string) {
 	if err := setupFilesystem(&spec); err != nil {
 		fail(exitInitError, "procnode init: %v", err)
 	}
-	limit := syscall.Rlimit{Cur: 1 << 20, Max: 1 << 20} // what containerd gives
-	_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &limit)
+	raiseNofile()
 	os.Exit(runChild(&spec, fail))
+}
+
+// raiseNofile gives the container what containerd would (1Mi open files), or as much
+// as this machine allows: without CAP_SYS_RESOURCE the hard limit cannot rise, and
+// KubeRay's `ulimit -n 65536` then prints "cannot modify limit" and Ray runs anyway.
+func raiseNofile() {
+	for _, n := range []uint64{1 << 20, 65536} {
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: n}) == nil {
+			return
+		}
+	}
+	var limit syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &limit) == nil {
+		limit.Cur = limit.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &limit)
+	}
 }
 
 func mount(source, target, fstype string, flags uintptr, data string) error {
