@@ -31,6 +31,7 @@ reads from its cgroup, as in a real container.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -127,7 +128,9 @@ def process_profile() -> dict[str, Any]:
 def procnode_version() -> str:
     """virtual-kubelet's version and a hash of procnode's sources (as build.sh)."""
     names = sorted(
-        p.name for p in PROCNODE_DIR.iterdir() if p.suffix == ".go" or p.name in ("go.mod", "go.sum")
+        p.name
+        for p in PROCNODE_DIR.iterdir()
+        if p.suffix == ".go" or p.name in ("go.mod", "go.sum")
     )
     digest = hashlib.sha256(b"".join((PROCNODE_DIR / n).read_bytes() for n in names))
     vk = "github.com/virtual-kubelet/virtual-kubelet"
@@ -181,14 +184,10 @@ def remove_cgroup_tree(path: Path) -> None:
     if not path.is_dir():
         return
     for sub in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-        try:
+        with contextlib.suppress(OSError):
             sub.rmdir()
-        except OSError:
-            pass
-    try:
+    with contextlib.suppress(OSError):
         path.rmdir()
-    except OSError:
-        pass
 
 
 def write_config(

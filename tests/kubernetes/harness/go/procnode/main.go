@@ -148,8 +148,13 @@ func firstDone(nodes []*nodeutil.Node) <-chan struct{} {
 	return out
 }
 
+// streamTimeout bounds idle exec, attach and port-forward streams, as the kubelet's
+// streamingConnectionIdleTimeout does (default 4 h).
+const streamTimeout = 4 * time.Hour
+
 func newNode(cfg *Config, nc *NodeConfig, client kubernetes.Interface, prov *provider) (*nodeutil.Node, error) {
 	mux := http.NewServeMux()
+	handler := portForwardMux(prov, streamTimeout, mux)
 	newProvider := func(pc nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
 		describeNode(cfg, nc, pc.Node)
 		return prov, nil, nil
@@ -163,11 +168,12 @@ func newNode(cfg *Config, nc *NodeConfig, client kubernetes.Interface, prov *pro
 			// Env is resolved here, once the pod has its IP (status.podIP) and with
 			// resourceFieldRef, which virtual-kubelet's own resolution skips.
 			c.SkipDownwardAPIResolution = true
-			c.StreamIdleTimeout = 4 * time.Hour
-			c.StreamCreationTimeout = 30 * time.Second
+			// Both long: virtual-kubelet passes them to port-forward swapped, and a Ray
+			// Client connection may sit idle while its user thinks.
+			c.StreamIdleTimeout, c.StreamCreationTimeout = streamTimeout, streamTimeout
 			// Mutual TLS is the authentication: only the API server holds a client
 			// certificate from the test CA, so whoever presents one may do anything.
-			c.Handler = api.InstrumentHandler(nodeutil.WithAuth(nodeutil.NoAuth(), mux))
+			c.Handler = api.InstrumentHandler(nodeutil.WithAuth(nodeutil.NoAuth(), handler))
 			return nil
 		},
 		nodeutil.WithTLSConfig(
