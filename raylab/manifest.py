@@ -219,9 +219,7 @@ def _container(
     return container
 
 
-def _placement(
-    selector: dict[str, str], tolerations: list[dict[str, str]]
-) -> dict[str, Any]:
+def _placement(selector: dict[str, str], tolerations: list[dict[str, str]]) -> dict[str, Any]:
     """nodeSelector and tolerations, each only if it says something."""
     placement: dict[str, Any] = {}
     if selector:
