@@ -326,9 +326,11 @@ class Commands:
         connect(info, address=service.backend.client_address(info))
 
     def _connected_note(self, info: ClusterInfo) -> str:
+        from .connect import connected_address
+
         return (
-            f"Connected this kernel to {info.name} ({info.endpoints.client}); "
-            "use ray.remote as usual."
+            f"Connected this kernel to {info.name} "
+            f"({connected_address() or info.endpoints.client}); use ray.remote as usual."
         )
 
 

@@ -78,6 +78,11 @@ def connected_cluster() -> str | None:
     return _current.cluster if _current else None
 
 
+def connected_address() -> str | None:
+    """The Ray Client address in use: from outside Kubernetes, a local port-forward."""
+    return _current.address if _current else None
+
+
 def connect(info: ClusterInfo, timeout: float = 60.0, address: str | None = None) -> None:
     """Attach this process to the cluster; a no-op when already attached to it.
 

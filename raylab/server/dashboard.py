@@ -14,6 +14,8 @@ from jupyter_server.auth.decorator import ws_authenticated
 from jupyter_server.utils import url_path_join
 from jupyter_server_proxy.handlers import ProxyHandler
 from tornado import web
+from tornado.httpclient import HTTPRequest
+from tornado.websocket import websocket_connect
 
 from ..errors import SpecError
 from ..model import ClusterInfo
@@ -64,7 +66,21 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
 
     async def open(self, name: str, path: str = "") -> Any:
         host, port = await self._target(name)
-        return await self.proxy_open(host, port, "/" + (path or ""))
+        # Not jupyter-server-proxy's proxy_open: its connection to the dashboard always
+        # asks for permessage-deflate, and Ray's dashboard then sends nothing on the
+        # socket (a job's log tail stays empty). Same relaying, without compression.
+        url = self.get_client_uri("ws", host, port, "/" + (path or ""))
+
+        def relay(message: str | bytes | None) -> None:
+            if message is None:
+                self.close()
+            else:
+                self.write_message(message, binary=isinstance(message, bytes))
+
+        request = HTTPRequest(url, headers=self.proxy_request_headers())
+        self.ws = await websocket_connect(
+            request, on_message_callback=relay, subprotocols=self._requested_subprotocols
+        )
 
     # jupyter-server-proxy's prepare() already refuses anonymous requests; the decorators
     # say so to jupyter_server's audit of unauthenticated endpoints too.
