@@ -323,7 +323,10 @@ class Commands:
     def _connect(self, info: ClusterInfo, service: ClusterService) -> None:
         from .connect import connect
 
-        connect(info, address=service.backend.client_address(info))
+        backend = service.backend
+        connect(
+            info, address=backend.client_address(info), dashboard=backend.dashboard_address(info)
+        )
 
     def _connected_note(self, info: ClusterInfo) -> str:
         from .connect import connected_address

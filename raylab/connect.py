@@ -6,9 +6,11 @@ cluster's, with an error that does not say what to do; we compare before connect
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -55,9 +57,35 @@ def default_image(ray_version: str, python_version: str) -> str:
     return f"rayproject/ray:{ray_version}-py{python_version.replace('.', '')}"
 
 
-def check_versions(info: ClusterInfo) -> None:
+def running_versions(dashboard: str | None, timeout: float = 5.0) -> tuple[str, str] | None:
+    """(Ray version, Python minor) of the running head, from its dashboard.
+
+    The cluster metadata that Ray Client itself compares on connect, as the head wrote
+    it at start: what actually runs, whatever raylab's record (an image tag) says.
+    None when the dashboard cannot say (not up, or an older Ray without the route).
+    """
+    if not dashboard:
+        return None
+    url = dashboard.rstrip("/") + "/api/v0/cluster_metadata"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            data = json.load(response).get("data") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    ray_version = data.get("rayVersion") or data.get("ray_version")
+    python = str(data.get("pythonVersion") or data.get("python_version") or "")
+    if not ray_version or python.count(".") < 1:
+        return None
+    return str(ray_version), ".".join(python.split(".")[:2])
+
+
+def check_versions(info: ClusterInfo, running: tuple[str, str] | None = None) -> None:
+    """Refuse a cluster whose Ray or Python minor differs from this kernel's.
+
+    `running` (from `running_versions`) is what the head runs; without it, raylab's
+    record of the cluster (its image's tag) is all there is to go on."""
     ray_here, py_here = kernel_versions()
-    ray_there, py_there = info.ray_version, info.python_version
+    ray_there, py_there = running or (info.ray_version, info.python_version)
     if (ray_there is None or ray_there == ray_here) and (py_there is None or py_there == py_here):
         return
     py_tag = (py_there or py_here).replace(".", "")
@@ -83,11 +111,17 @@ def connected_address() -> str | None:
     return _current.address if _current else None
 
 
-def connect(info: ClusterInfo, timeout: float = 60.0, address: str | None = None) -> None:
+def connect(
+    info: ClusterInfo,
+    timeout: float = 60.0,
+    address: str | None = None,
+    dashboard: str | None = None,
+) -> None:
     """Attach this process to the cluster; a no-op when already attached to it.
 
     `address` overrides the cluster's own client endpoint (KubeRay from outside
-    Kubernetes: a local port-forward)."""
+    Kubernetes: a local port-forward); `dashboard` is where to read the head's own
+    versions before Ray Client tries (and fails less clearly)."""
     global _current
     address = address or info.endpoints.client
     if not address:
@@ -95,9 +129,9 @@ def connect(info: ClusterInfo, timeout: float = 60.0, address: str | None = None
             f"cluster {info.name!r} has no Ray Client endpoint yet (phase {info.phase})",
             detail=f"`%raycluster status {info.name}` shows why",
         )
-    check_versions(info)
-    if _current and _current.cluster == info.name and _current.address == address:
+    if _current and _current.cluster == info.name and _current.address == address and _alive():
         return
+    check_versions(info, running_versions(dashboard or info.endpoints.dashboard))
     import ray
 
     disconnect()
@@ -117,6 +151,21 @@ def connect(info: ClusterInfo, timeout: float = 60.0, address: str | None = None
                 ) from None
             time.sleep(0.5)
     _current = _Connection(info.name, address, context)
+
+
+def _alive() -> bool:
+    """Ray Client's connection is still up. After its server went (the head pod was
+    replaced: a resume, a restart) the data channel is shut down while
+    ray.is_initialized() still says yes, so connecting again must not be a no-op."""
+    try:
+        from ray.util import client
+
+        client_ray: Any = client.ray  # untyped
+        worker = client_ray.get_context().client_worker
+        data = getattr(worker, "data_client", None)
+        return bool(client_ray.is_connected()) and not getattr(data, "_in_shutdown", False)
+    except Exception:  # Ray's private client state: anything odd means "not alive"
+        return False
 
 
 def _not_the_sigterm_warning(record: logging.LogRecord) -> bool:

@@ -213,6 +213,9 @@ def _container(
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "securityContext": container_security_context(),
         "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}],
+        # A crash's last log lines become the container's termination message, which
+        # raylab's status shows ("CrashLoopBackOff: ... exited with 1: <that line>").
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if ports:
         container["ports"] = ports

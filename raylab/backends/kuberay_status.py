@@ -271,11 +271,24 @@ def stuck_reason(pod: Mapping[str, Any]) -> str:
     ]:
         waiting = (cs.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") in _STUCK:
+            crashed = (cs.get("lastState") or {}).get("terminated") or {}
+            if waiting["reason"] == "CrashLoopBackOff" and crashed:
+                # What the user needs is why it crashed, not the back-off's timing.
+                return f"CrashLoopBackOff: {_crash(str(cs.get('name') or 'container'), crashed)}"
             message = waiting.get("message") or ""
             return f"{waiting['reason']}: {message}".rstrip(": ")
     if status.get("phase") == "Failed":
         return f"pod failed: {status.get('reason') or ''} {status.get('message') or ''}".strip()
     return ""
+
+
+def _crash(container: str, terminated: Mapping[str, Any]) -> str:
+    """'ray-head exited with 1 (Error): <its last log line>'."""
+    text = f"{container} exited with {terminated.get('exitCode')} ({terminated.get('reason')})"
+    if terminated.get("reason") == "OOMKilled":
+        return f"{text}: it needs more memory than its limit"
+    lines = [line for line in str(terminated.get("message") or "").splitlines() if line.strip()]
+    return f"{text}: {lines[-1].strip()}" if lines else text
 
 
 def is_validation_warning(event: Mapping[str, Any]) -> bool:

@@ -88,6 +88,21 @@ def test_a_crashing_worker_degrades_a_running_cluster() -> None:
     assert status.reason.startswith("worker pod c-worker-x: CrashLoopBackOff")
 
 
+def test_a_crash_loop_says_why_the_container_crashed() -> None:
+    obj = raycluster(**accepted(("HeadPodReady", "False")))
+    head = pod("head", ready=False, waiting="CrashLoopBackOff")
+    # As the kubelet reports it with terminationMessagePolicy FallbackToLogsOnError.
+    head["status"]["containerStatuses"][0]["lastState"] = {
+        "terminated": {"exitCode": 1, "reason": "Error", "message": "starting\nValueError: no\n"}
+    }
+    status = derive_status(obj, [head])
+    assert status.phase == Phase.FAILED
+    assert (
+        status.reason
+        == "head pod c-head-x: CrashLoopBackOff: ray exited with 1 (Error): ValueError: no"
+    )
+
+
 def test_head_ready_needs_the_condition_and_a_ready_head_pod() -> None:
     obj = raycluster(**accepted(("HeadPodReady", "True")))
     assert derive_status(obj, [pod("head", ready=False)]).phase == Phase.STARTING
