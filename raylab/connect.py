@@ -6,6 +6,7 @@ cluster's, with an error that does not say what to do; we compare before connect
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -199,4 +200,11 @@ def disconnect() -> str | None:
 
         if ray.is_initialized():
             ray.shutdown()
+        elif was is not None:
+            # A Ray Client whose server went away (the head was replaced) no longer
+            # counts as initialized, yet stays registered, and ray.init would refuse.
+            from ray.util import client_connect
+
+            with contextlib.suppress(Exception):
+                client_connect.disconnect()  # type: ignore[no-untyped-call]
     return was.cluster if was else None

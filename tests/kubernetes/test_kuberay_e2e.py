@@ -72,9 +72,11 @@ class Session:
 
     def value(self, source: str) -> Any:
         """The JSON a cell prints on its last line (Ray's own messages may come first)."""
-        lines = [line for line in self.cell(source).splitlines() if line.startswith(("{", "["))]
-        assert lines, f"no JSON printed by:\n{source}"
-        return json.loads(lines[-1])
+        out = self.cell(source)
+        for line in reversed(out.splitlines()):
+            with contextlib.suppress(ValueError):
+                return json.loads(line)
+        raise AssertionError(f"no JSON printed by:\n{source}\n---\n{out}")
 
     def magic(self, line: str) -> str:
         return self.cell(f"%raycluster {line} {K}")
