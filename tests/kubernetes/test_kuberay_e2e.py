@@ -38,6 +38,7 @@ from .server_process import Server
 
 NAME = "e2e"
 BROKEN = "e2e-broken"
+AUTO = "e2e-auto"
 K = "--backend kuberay"
 
 # Polls Ray itself (not Kubernetes) until the cluster has `nodes` live nodes and `gpus`
@@ -147,7 +148,7 @@ def session(
             try:
                 yield s
             finally:
-                for name in (NAME, BROKEN):
+                for name in (NAME, AUTO, BROKEN):
                     with contextlib.suppress(Exception):
                         s.cell(f"%raycluster down {name} {K}")
                 if client.km is not None:
@@ -372,6 +373,35 @@ def test_suspend_then_resume_and_reconnect(session: Session, up: str) -> None:
     connected = session.magic(f"connect {NAME}")
     assert f"Connected this kernel to {NAME} (ray://127.0.0.1:" in connected, connected
     assert session.value("print(ray_nodes(4, 3))") == {"nodes": 4, "gpus": 3}
+
+
+GPU_TASKS = """\
+@ray.remote(num_gpus=1)
+def busy():
+    import time; time.sleep(8)
+    return ray.util.get_node_ip_address()
+print(json.dumps(sorted(set(ray.get([busy.remote(), busy.remote()])))))
+"""
+
+
+def test_autoscaling_adds_a_worker_for_gpu_tasks_and_removes_it_when_idle(
+    session: Session, up: str
+) -> None:
+    # The first cluster's part is done; two small clusters at most on this machine.
+    session.magic(f"down {NAME}")
+    out = session.magic(
+        f"up --name {AUTO} --workers 1 --gpus 1 --min-workers 0 --max-workers 2 "
+        f"--gpu-type {PROCESS_GPU_TYPE}"
+    )
+    assert f"Connected this kernel to {AUTO}" in out, out
+    # Two 1-GPU tasks at once, one 1-GPU worker: Ray's autoscaler (in the head pod,
+    # through the API server) asks KubeRay for a second worker, and both run.
+    ips = session.value(GPU_TASKS)
+    assert len(ips) == 2, ips
+    assert set(ips) <= {p["status"]["podIP"] for p in session.pods(AUTO)["worker"]}
+    # Then idle: the autoscaler removes the workers (min 0) after its idle timeout.
+    assert session.value("print(ray_nodes(1, 0, timeout=300))") == {"nodes": 1, "gpus": 0}
+    wait_until("no worker pods", lambda: not session.pods(AUTO)["worker"], timeout=120)
 
 
 def test_a_failing_command_shows_its_real_error_and_nothing_is_deleted(

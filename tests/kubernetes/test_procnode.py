@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import subprocess
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from controlplane import call_json, wait_until
 from kubernetes import client as k8s_client
 from kubernetes.stream import portforward, stream
-from processnodes import IMAGE_NOT_PULLED_LABEL, PROCESS_NODE_LABEL
+from processnodes import IMAGE_NOT_PULLED_LABEL, PROCESS_NODE_LABEL, resolving_env
 
 # Where pods land: the process nodes are tainted, so a pod must ask for them.
 ON_PROCESS_NODE: dict[str, Any] = {
@@ -114,7 +116,7 @@ MEMORY_IN_MI = {"resource": "limits.memory", "divisor": "1Mi"}
 
 
 def test_a_pod_runs_its_command_with_env_volumes_ip_and_dns(
-    admin_api: k8s_client.ApiClient, namespace: str, process_nodes: list[str]
+    admin_api: k8s_client.ApiClient, namespace: str, process_nodes: list[str], tmp_path: Path
 ) -> None:
     core = k8s_client.CoreV1Api(admin_api)
     secret = {
@@ -207,9 +209,14 @@ def test_a_pod_runs_its_command_with_env_volumes_ip_and_dns(
     finally:
         sock.close()
     assert reply.startswith(b"HTTP/1.0 200"), reply[:200]
-    # The pod's IP is reachable from the tests' network namespace too.
+    # The pod's IP is reachable from the tests' network namespace too, and a process
+    # there resolves Service names with the cluster's DNS (resolving_env).
     with urllib.request.urlopen(f"http://{ip}:8080/", timeout=10) as page:
         assert page.status == 200
+    name = f"self-svc.{namespace}.svc.cluster.local"
+    found = subprocess.run([*resolving_env(tmp_path), "getent", "hosts", name],
+                           capture_output=True, text=True, check=True)  # fmt: skip
+    assert found.stdout.split()[0] == ip
 
 
 def test_init_containers_then_crash_loop_back_off(
