@@ -378,7 +378,7 @@ def test_suspend_then_resume_and_reconnect(session: Session, up: str) -> None:
 GPU_TASKS = """\
 @ray.remote(num_gpus=1)
 def busy():
-    import time; time.sleep(8)
+    import time; time.sleep(30)  # long enough for a new worker pod to start
     return ray.util.get_node_ip_address()
 print(json.dumps(sorted(set(ray.get([busy.remote(), busy.remote()])))))
 """
