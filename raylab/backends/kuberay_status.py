@@ -164,6 +164,9 @@ def derive_status(
         stuck = stuck_reason(head)
         if stuck:
             return result(Phase.FAILED, f"head pod {_pod_name(head)}: {stuck}")
+        restarted = restart_reason(head)
+        if restarted:
+            return result(Phase.STARTING, f"head pod {_pod_name(head)} restarted: {restarted}")
         return result(Phase.STARTING, "starting the head")
 
     if ready >= desired:
@@ -279,6 +282,17 @@ def stuck_reason(pod: Mapping[str, Any]) -> str:
             return f"{waiting['reason']}: {message}".rstrip(": ")
     if status.get("phase") == "Failed":
         return f"pod failed: {status.get('reason') or ''} {status.get('message') or ''}".strip()
+    return ""
+
+
+def restart_reason(pod: Mapping[str, Any]) -> str:
+    """'ray-head exited with 1 (Error): <line> (restart 2)' for a pod whose container
+    died and is running again (not Ready yet), else ''."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        crashed = (cs.get("lastState") or {}).get("terminated") or {}
+        if crashed and not cs.get("ready"):
+            name = str(cs.get("name") or "container")
+            return f"{_crash(name, crashed)} (restart {cs.get('restartCount') or 1})"
     return ""
 
 

@@ -27,6 +27,7 @@ import pytest
 from controlplane import ControlPlane, call_json, wait_until
 from jupyter_core.utils import run_sync
 from kubernetes import client as k8s_client
+from kubernetes.stream import stream
 from nbclient import NotebookClient
 from nbformat import NotebookNode
 from processnodes import PROCESS_GPU_TYPE, process_profile
@@ -373,6 +374,43 @@ def test_suspend_then_resume_and_reconnect(session: Session, up: str) -> None:
     connected = session.magic(f"connect {NAME}")
     assert f"Connected this kernel to {NAME} (ray://127.0.0.1:" in connected, connected
     assert session.value("print(ray_nodes(4, 3))") == {"nodes": 4, "gpus": 3}
+
+
+def test_a_killed_head_is_reported_restarts_in_place_and_the_kernel_reconnects(
+    session: Session, up: str
+) -> None:
+    from raylab.backends.kuberay import KubeRayBackend
+    from raylab.config import Settings
+
+    settings = Settings.from_config(gpu_types={PROCESS_GPU_TYPE: process_profile()})
+    backend = KubeRayBackend(settings, api_client=session.admin, namespace=session.namespace)
+    custom = k8s_client.CustomObjectsApi(session.admin)
+    get = custom.get_namespaced_custom_object
+    uid = call_json(get, *RAY, session.namespace, "rayclusters", NAME)["metadata"]["uid"]
+    (head,) = session.pods()["head"]
+    # Ray's own processes in the head pod killed, as a crash would: `ray start --block`
+    # sees them go and exits, and the kubelet restarts the container.
+    # A client of its own: stream() swaps its ApiClient's transport while it runs.
+    with k8s_client.ApiClient(session.admin.configuration) as own:
+        core = k8s_client.CoreV1Api(own)
+        stream(core.connect_get_namespaced_pod_exec, head["metadata"]["name"], session.namespace,
+               container="ray-head", command=["ray", "stop", "--force"],
+               stderr=True, stdin=False, stdout=True, tty=False)  # fmt: skip
+    reason = wait_until(
+        "raylab to report the head's restart",
+        lambda: (i := backend.get(NAME)) and "restarted" in i.reason and i.reason,
+        timeout=120,
+        interval=0.3,
+    )
+    assert f"head pod {head['metadata']['name']} restarted: ray-head exited with" in reason
+    # Nothing was deleted: the same RayCluster, the same head pod, restarted in place.
+    assert call_json(get, *RAY, session.namespace, "rayclusters", NAME)["metadata"]["uid"] == uid
+    (again,) = session.pods()["head"]
+    assert again["metadata"]["uid"] == head["metadata"]["uid"]
+    assert again["status"]["containerStatuses"][0]["restartCount"] >= 1
+    connected = session.magic(f"connect {NAME}")
+    assert f"Connected this kernel to {NAME}" in connected, connected
+    assert session.value("print(ray_nodes(4, 3, timeout=300))") == {"nodes": 4, "gpus": 3}
 
 
 GPU_TASKS = """\
