@@ -164,8 +164,12 @@ def _alive() -> bool:
         client_ray: Any = client.ray  # untyped
         worker = client_ray.get_context().client_worker
         data = getattr(worker, "data_client", None)
-        return bool(client_ray.is_connected()) and not getattr(data, "_in_shutdown", False)
-    except Exception:  # Ray's private client state: anything odd means "not alive"
+        if not client_ray.is_connected() or getattr(data, "_in_shutdown", False):
+            return False
+        # Within the client's reconnect grace period the flags above still look fine
+        # though the channel is closed: ask the server.
+        return bool(worker.ping_server(timeout=5))
+    except Exception:  # a closed channel raises; Ray's private state may differ: not alive
         return False
 
 
@@ -199,8 +203,11 @@ def disconnect() -> str | None:
         import ray
 
         if ray.is_initialized():
-            ray.shutdown()
-        elif was is not None:
+            try:
+                ray.shutdown()
+            except Exception as exc:  # a Ray Client whose head went away ("closed channel")
+                logging.getLogger("raylab").debug("ray.shutdown: %s", exc)
+        if was is not None:
             # A Ray Client whose server went away (the head was replaced) no longer
             # counts as initialized, yet stays registered, and ray.init would refuse.
             from ray.util import client_connect

@@ -1176,6 +1176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             print(f"apiserver:  {plane.server_url}")
             print(f"logs:       {plane.log_dir}")
+            nodes = plane.process_nodes or f"none ({plane.process_nodes_unavailable})"
+            print(f"process nodes (pods run as processes): {nodes}")
             for user in USERS:
                 print(f"kubeconfig: {plane.kubeconfig(user)}  ({user})")
             print(
