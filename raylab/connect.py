@@ -202,11 +202,11 @@ def disconnect() -> str | None:
     if "ray" in sys.modules:
         import ray
 
-        if ray.is_initialized():
-            try:
+        try:
+            if ray.is_initialized():  # itself a call to the server, in client mode
                 ray.shutdown()
-            except Exception as exc:  # a Ray Client whose head went away ("closed channel")
-                logging.getLogger("raylab").debug("ray.shutdown: %s", exc)
+        except Exception as exc:  # a Ray Client whose head went away ("closed channel")
+            logging.getLogger("raylab").debug("ray.shutdown: %s", exc)
         if was is not None:
             # A Ray Client whose server went away (the head was replaced) no longer
             # counts as initialized, yet stays registered, and ray.init would refuse.
