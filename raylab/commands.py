@@ -543,6 +543,7 @@ class Commands:
             token=service.auth_token(info.name),
             runtime_env=prepared.runtime_env,
             environment=prepared.fingerprint,
+            dashboard=service.backend.dashboard_address(info),
         )
         self._connected_backend = backend
 
@@ -553,12 +554,14 @@ class Commands:
             self.out.warn(warning)
 
     def _connected_note(self, info: ClusterInfo) -> str:
+        from .connect import connected_address
+
         env = info.environment
         shipped = render.environment_text(env) if env else ""
         what = f" with {shipped}" if env and shipped != "nothing synced" else ""
         return (
-            f"Connected this kernel to {info.name} ({info.endpoints.client}){what}; "
-            "use ray.remote as usual."
+            f"Connected this kernel to {info.name} "
+            f"({connected_address() or info.endpoints.client}){what}; use ray.remote as usual."
         )
 
 

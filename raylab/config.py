@@ -47,7 +47,8 @@ class Raylab(Configurable):
         help="GPU profiles by name, replacing the built-in a100/h100/l4/cpu set: "
         "{'a100': {'description': ..., 'resource_key': 'nvidia.com/gpu', 'node_selector': "
         "{...}, 'tolerations': [...], 'max_gpus_per_worker': 8, 'default_cpus': '12', "
-        "'default_memory': '96Gi'}}",
+        "'default_memory': '96Gi'}}; 'head_node_selector' and 'head_tolerations' place "
+        "the heads (default: any node without taints)",
     ).tag(config=True)
     default_gpu_type = Unicode("a100", help="GPU type when a request names none.").tag(config=True)
     default_workers = Int(1, help="Workers when a request names none.").tag(config=True)

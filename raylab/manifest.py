@@ -158,7 +158,10 @@ def raycluster_manifest(
             "rayStartParams": head_params,
             "template": {
                 "metadata": {"labels": dict(labels)},
-                "spec": _pod(head, head_memory, service_account, token=head_token),
+                "spec": {
+                    **_pod(head, head_memory, service_account, token=head_token),
+                    **_placement(profile.head_node_selector, profile.head_tolerations),
+                },
             },
         },
         "workerGroupSpecs": [group],
@@ -257,10 +260,23 @@ def _container(
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "securityContext": container_security_context(),
         "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}],
+        # A crash's last log lines become the container's termination message, which
+        # raylab's status shows ("CrashLoopBackOff: ... exited with 1: <that line>").
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if ports:
         container["ports"] = ports
     return container
+
+
+def _placement(selector: dict[str, str], tolerations: list[dict[str, str]]) -> dict[str, Any]:
+    """nodeSelector and tolerations, each only if it says something."""
+    placement: dict[str, Any] = {}
+    if selector:
+        placement["nodeSelector"] = dict(selector)
+    if tolerations:
+        placement["tolerations"] = [dict(t) for t in tolerations]
+    return placement
 
 
 def _pod(

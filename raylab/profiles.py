@@ -19,6 +19,10 @@ class GpuProfile:
     resource_key: str = "nvidia.com/gpu"
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: list[dict[str, str]] = field(default_factory=list)
+    # Where the clusters' heads (no GPUs) run: by default on any node without taints;
+    # an admin can pin them to a CPU pool of their own.
+    head_node_selector: dict[str, str] = field(default_factory=dict)
+    head_tolerations: list[dict[str, str]] = field(default_factory=list)
     max_gpus_per_worker: int = 8
     default_cpus: str = "8"
     default_memory: str = "32Gi"
@@ -54,6 +58,8 @@ class GpuProfile:
             "resource_key": self.resource_key,
             "node_selector": dict(self.node_selector),
             "tolerations": [dict(t) for t in self.tolerations],
+            "head_node_selector": dict(self.head_node_selector),
+            "head_tolerations": [dict(t) for t in self.head_tolerations],
             "max_gpus_per_worker": self.max_gpus_per_worker,
             "default_cpus": self.default_cpus,
             "default_memory": self.default_memory,

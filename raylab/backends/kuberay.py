@@ -366,14 +366,22 @@ class KubeRayBackend:
         return relay.host, relay.port, relay.close
 
     def _forward(self, name: str, port: int) -> Relay:
+        from kubernetes import client
         from kubernetes.stream import portforward
 
         def open_remote() -> Any:
             head = self._running_head(name)
-            # A websocket upgrade is a GET: RBAC checks `get` on pods/portforward.
-            with api_errors(self._call("get", "pods/portforward", head)):
-                forward = portforward(self.core.connect_get_namespaced_pod_portforward, head,
-                                      self.namespace, ports=str(port))  # fmt: skip
+            # The client's portforward() swaps the ApiClient's call_api for a websocket
+            # one while it opens: on the shared client, a watch or list in another
+            # thread would go out as a port-forward ("Missing required parameter
+            # `ports`"). So each opening gets an ApiClient of its own (the websocket
+            # does not use its connection pool).
+            with client.ApiClient(self.api.configuration) as own:
+                core = client.CoreV1Api(own)
+                # A websocket upgrade is a GET: RBAC checks `get` on pods/portforward.
+                with api_errors(self._call("get", "pods/portforward", head)):
+                    forward = portforward(core.connect_get_namespaced_pod_portforward, head,
+                                          self.namespace, ports=str(port))  # fmt: skip
             return forward.socket(port)
 
         self._running_head(name)  # its own message, before any port-forward
