@@ -8,7 +8,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_auth
+import bench_culler
 import bench_import
+import bench_kuberay_up
 import bench_load
 import bench_ready_latency
 import bench_server
@@ -24,10 +26,12 @@ BENCHES = {
     "auth": bench_auth.run,
     "startup": bench_startup.run,
     "ready_latency": bench_ready_latency.run,
+    "kuberay_up": bench_kuberay_up.run,
     "server": bench_server.run,
     "load": bench_load.run,
     "sidebar": bench_sidebar.run,
     "workdir": bench_workdir.run,
+    "culler": bench_culler.run,
 }
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 from . import render
 from .backends import BACKENDS, make_backend
 from .config import Settings
+from .culler.options import add_culler_arguments
 from .env_commands import ClusterEnvironments, add_environment_arguments, options_from
 from .environment import EnvOptions
 from .errors import BackendUnavailable, NotFound, RaylabError, SpecError
@@ -43,6 +44,9 @@ VERBS = {
     "logs": "the head's log",
     "dashboard": "the Ray dashboard's address",
     "env": "shell lines that point Ray's own tools (ray job submit …) at a cluster of yours",
+    "keep": "keep an idle cluster running: restart its idle clock (alias keep-running)",
+    "usage": "GPU-hours per user and GPU type",
+    "culler": "suspend idle clusters and record GPU-hours (a service: JupyterHub, Deployment)",
     "export": EXPORT_HELP,
     "pip": "pip install PKG…: install into this kernel and add to the cluster's environment",
 }
@@ -119,11 +123,24 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     up.add_argument("--image", help="Ray image (KubeRay)")
     up.add_argument("--min-workers", dest="min_workers", help="autoscaling lower bound")
     up.add_argument("--max-workers", dest="max_workers", help="autoscaling upper bound")
+    up.add_argument(
+        "--idle-suspend", dest="idle_suspend_minutes", metavar="DURATION",
+        help="suspend after this long idle, e.g. 30m (at most your admin's limit)",
+    )  # fmt: skip
     up.add_argument("--no-connect", dest="connect", action="store_false")
     up.add_argument("--timeout", type=_seconds, help="seconds to wait for Ready")
     add_environment_arguments(up)
     for name in ("down", "connect", "scale", "suspend", "resume", "logs", "dashboard", "env"):
         verb(name).add_argument("name", metavar="NAME")
+    keep = verbs.add_parser("keep", aliases=["keep-running"], help=VERBS["keep"],
+                            description=VERBS["keep"], allow_abbrev=False)  # fmt: skip
+    keep.add_argument("--backend", choices=BACKENDS, help="default: the configured one")
+    keep.add_argument("name", metavar="NAME")
+    usage = verb("usage")
+    usage.add_argument("--all", action="store_true", help="every user's (admins)")
+    usage.add_argument("--since", default="7d", type=_duration,
+                       help="how far back, e.g. 7d, 24h (default 7d)")  # fmt: skip
+    add_culler_arguments(verb("culler"))
     verbs.choices["scale"].add_argument("--workers", required=True)
     verbs.choices["logs"].add_argument("--tail", type=int, default=200)
     verbs.choices["connect"].add_argument("--timeout", type=_seconds)
@@ -144,6 +161,18 @@ def _subparser(parser: argparse.ArgumentParser, verb: str) -> argparse.ArgumentP
             sub: argparse.ArgumentParser = action.choices[verb]
             return sub
     return parser
+
+
+def _duration(text: str) -> float:
+    from .spec import parse_duration
+
+    try:
+        seconds = parse_duration(text, default_unit="d")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration such as 7d or 24h") from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive duration; use e.g. 7d")
+    return seconds
 
 
 def _seconds(text: str) -> float:
@@ -204,7 +233,9 @@ class Commands:
         args, extra = self.parser.parse_known_args(argv)
         if extra:
             raise CommandError(_unknown(extra, _subparser(self.parser, args.verb)))
-        handler: Callable[[argparse.Namespace], Any] = getattr(self, f"do_{args.verb}")
+        handler: Callable[[argparse.Namespace], Any] = getattr(
+            self, f"do_{args.verb.replace('-', '_')}"
+        )
         try:
             return handler(args)
         except SpecError as exc:
@@ -214,7 +245,7 @@ class Commands:
 
     def do_up(self, args: argparse.Namespace) -> ClusterInfo:
         fields = ("name", "gpus", "gpu_type", "workers", "cpus", "memory", "image",
-                  "min_workers", "max_workers")  # fmt: skip
+                  "min_workers", "max_workers", "idle_suspend_minutes")  # fmt: skip
         request = {f: getattr(args, f) for f in fields if getattr(args, f) is not None}
         service = self.service(args.backend)
         timeout = args.timeout or self.settings.profiles.defaults.timeout
@@ -278,6 +309,10 @@ class Commands:
         service = self.service(args.backend)
         clusters = service.list(everyone=args.all)
         self.out.table(clusters, args.all and service.admin)
+        for info in clusters:
+            hint = render.keep_running_hint(info, self.prog)
+            if hint and info.owner == self.user:
+                self.out.line(f"{info.name}: {render.idle_text(info)}; {hint}.")
         return clusters
 
     def do_status(self, args: argparse.Namespace) -> ClusterInfo | list[ClusterInfo]:
@@ -289,6 +324,9 @@ class Commands:
         service = self.service(args.backend)
         info = service.get(name)
         self.out.card(info, lambda: service.get(name))
+        hint = render.keep_running_hint(info, self.prog)
+        if hint:
+            self.out.line(f"{render.idle_text(info)}: {hint}.")
         return info
 
     def do_connect(self, args: argparse.Namespace) -> ClusterInfo:
@@ -396,6 +434,38 @@ class Commands:
         self.out.block(text)
         return text
 
+    def do_keep(self, args: argparse.Namespace) -> ClusterInfo:
+        info = self.service(args.backend).keep_running(args.name)
+        self.out.line(f"Keeping {info.name} running: its idle clock starts again.")
+        return info
+
+    do_keep_running = do_keep
+
+    def do_usage(self, args: argparse.Namespace) -> list[Any]:
+        from .culler.ledger import usage_rows
+        from .culler.ledger_store import store_for
+
+        service = self.service(args.backend)
+        everyone = args.all and service.admin
+        if args.all and not service.admin:
+            raise CommandError("--all shows every user's GPU-hours: for admins only")
+        now = time.time()
+        since = now - args.since
+        intervals = store_for(service.backend).load(None if everyone else self.user)
+        rows = usage_rows(intervals, since, now)
+        self.out.block(render.usage_table(rows, since, everyone=everyone))
+        return rows
+
+    def do_culler(self, args: argparse.Namespace) -> None:
+        if self.may_connect:
+            raise CommandError(
+                "the culler is a service: run `raylab culler` in a shell, a JupyterHub "
+                "service or a Deployment (docs/culler.md)"
+            )
+        from .culler.service_main import run_culler
+
+        run_culler(args, self.settings, self.out.line)
+
     def do_export(self, args: argparse.Namespace) -> Any:
         from .connect import connected_cluster
         from .export.verb import run_export
@@ -473,6 +543,7 @@ class Commands:
             token=service.auth_token(info.name),
             runtime_env=prepared.runtime_env,
             environment=prepared.fingerprint,
+            dashboard=service.backend.dashboard_address(info),
         )
         self._connected_backend = backend
 
@@ -483,12 +554,14 @@ class Commands:
             self.out.warn(warning)
 
     def _connected_note(self, info: ClusterInfo) -> str:
+        from .connect import connected_address
+
         env = info.environment
         shipped = render.environment_text(env) if env else ""
         what = f" with {shipped}" if env and shipped != "nothing synced" else ""
         return (
-            f"Connected this kernel to {info.name} ({info.endpoints.client}){what}; "
-            "use ray.remote as usual."
+            f"Connected this kernel to {info.name} "
+            f"({connected_address() or info.endpoints.client}){what}; use ray.remote as usual."
         )
 
 

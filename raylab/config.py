@@ -10,6 +10,7 @@ behaves the same whichever door a request comes through. Environment variables
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,8 @@ class Raylab(Configurable):
         help="GPU profiles by name, replacing the built-in a100/h100/l4/cpu set: "
         "{'a100': {'description': ..., 'resource_key': 'nvidia.com/gpu', 'node_selector': "
         "{...}, 'tolerations': [...], 'max_gpus_per_worker': 8, 'default_cpus': '12', "
-        "'default_memory': '96Gi'}}",
+        "'default_memory': '96Gi'}}; 'head_node_selector' and 'head_tolerations' place "
+        "the heads (default: any node without taints)",
     ).tag(config=True)
     default_gpu_type = Unicode("a100", help="GPU type when a request names none.").tag(config=True)
     default_workers = Int(1, help="Workers when a request names none.").tag(config=True)
@@ -113,6 +115,44 @@ class Raylab(Configurable):
         "to the cluster's environment (as `%raycluster pip install` does).",
     ).tag(config=True)
 
+    # --- idle suspension and GPU-hours (raylab/culler) ---
+    idle_suspend_minutes = Dict(
+        Float(),
+        help="Minutes after which an idle cluster is suspended, by GPU type, e.g. "
+        "{'a100': 30, 'cpu': 0} (0: never). Types left out use their profile's "
+        "idle_suspend_minutes: 60 for GPU types, 0 for cpu. Users may ask for less.",
+    ).tag(config=True)
+    idle_warning_minutes = Float(
+        10.0, help="How long before suspending an idle cluster its owner is warned."
+    ).tag(config=True)
+    activity_unknown_grace_minutes = Float(
+        30.0,
+        help="A cluster whose activity cannot be read is never suspended. Its idle clock "
+        "survives a gap this long; after a longer one it starts again.",
+    ).tag(config=True)
+    culler_dashboard_url = Unicode(
+        "",
+        help="Where cullers reach each cluster's dashboard, with {name} and {namespace}, "
+        "when not the usual way (the head Service from inside Kubernetes, a port-forward "
+        "from outside; the local backend's own port), e.g. through a proxy of yours.",
+    ).tag(config=True)
+    culler = Enum(
+        ["server", "off"],
+        "server",
+        help="Who suspends this server's user's idle clusters: 'server' (this Jupyter "
+        "server, while it runs) or 'off' (only a `raylab culler` service or Deployment). "
+        "Both may run at once: they agree through conditional updates.",
+    ).tag(config=True)
+    cull_interval_seconds = Float(
+        60.0, help="Seconds between two culler sweeps (idle checks and GPU-hour records)."
+    ).tag(config=True)
+    usage_flush_seconds = Float(
+        300.0, help="Seconds between two writes of the GPU-hours ledger by a culler."
+    ).tag(config=True)
+    usage_retention_days = Float(
+        90.0, help="Days the GPU-hours ledger keeps what clusters used."
+    ).tag(config=True)
+
     @default("state_dir")
     def _default_state_dir(self) -> str:
         from jupyter_core.paths import jupyter_data_dir
@@ -130,6 +170,9 @@ class Settings:
             if options.gpu_types
             else dict(DEFAULT_PROFILES)
         )
+        for name, minutes in options.idle_suspend_minutes.items():
+            if name in gpu_types:
+                gpu_types[name] = replace(gpu_types[name], idle_suspend_minutes=float(minutes))
         self.profiles = Profiles(
             gpu_types=gpu_types,
             defaults=Defaults(

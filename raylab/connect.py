@@ -6,9 +6,12 @@ cluster's, with an error that does not say what to do; we compare before connect
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -58,9 +61,40 @@ def default_image(ray_version: str, python_version: str) -> str:
     return f"rayproject/ray:{ray_version}-py{python_version.replace('.', '')}"
 
 
-def check_versions(info: ClusterInfo) -> None:
+def running_versions(
+    dashboard: str | None, token: str | None = None, timeout: float = 5.0
+) -> tuple[str, str] | None:
+    """(Ray version, Python minor) of the running head, from its dashboard.
+
+    The cluster metadata that Ray Client itself compares on connect, as the head wrote
+    it at start: what actually runs, whatever raylab's record (an image tag) says.
+    None when the dashboard cannot say (not up, or an older Ray without the route).
+    """
+    if not dashboard:
+        return None
+    url = dashboard.rstrip("/") + "/api/v0/cluster_metadata"
+    # The cluster's token: its dashboard refuses anyone else (auth.py).
+    headers = {"Authorization": auth.bearer(token)} if token else {}
+    try:
+        request = urllib.request.Request(url, headers=headers)
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            data = json.load(response).get("data") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    ray_version = data.get("rayVersion") or data.get("ray_version")
+    python = str(data.get("pythonVersion") or data.get("python_version") or "")
+    if not ray_version or python.count(".") < 1:
+        return None
+    return str(ray_version), ".".join(python.split(".")[:2])
+
+
+def check_versions(info: ClusterInfo, running: tuple[str, str] | None = None) -> None:
+    """Refuse a cluster whose Ray or Python minor differs from this kernel's.
+
+    `running` (from `running_versions`) is what the head runs; without it, raylab's
+    record of the cluster (its image's tag) is all there is to go on."""
     ray_here, py_here = kernel_versions()
-    ray_there, py_there = info.ray_version, info.python_version
+    ray_there, py_there = running or (info.ray_version, info.python_version)
     if (ray_there is None or ray_there == ray_here) and (py_there is None or py_there == py_here):
         return
     py_tag = (py_there or py_here).replace(".", "")
@@ -81,6 +115,11 @@ def connected_cluster() -> str | None:
     return _current.cluster if _current else None
 
 
+def connected_address() -> str | None:
+    """The Ray Client address in use: from outside Kubernetes, a local port-forward."""
+    return _current.address if _current else None
+
+
 def connect(
     info: ClusterInfo,
     timeout: float = 60.0,
@@ -88,6 +127,7 @@ def connect(
     token: str | None = None,
     runtime_env: dict[str, Any] | None = None,
     environment: str = "",
+    dashboard: str | None = None,
 ) -> None:
     """Attach this process to the cluster; a no-op when already attached to it with the
     same environment.
@@ -95,7 +135,9 @@ def connect(
     `address` overrides the cluster's own client endpoint (KubeRay from outside
     Kubernetes: a local port-forward); `token` is the cluster's Ray token (None for a
     cluster made with token auth off). `runtime_env` is Ray's (built by runtime_env.py)
-    and `environment` its fingerprint, which changes when anything it ships changes."""
+    and `environment` its fingerprint, which changes when anything it ships changes.
+    `dashboard` is where to read the head's own versions before Ray Client tries (and
+    fails less clearly)."""
     global _current
     address = address or info.endpoints.client
     if not address:
@@ -103,14 +145,15 @@ def connect(
             f"cluster {info.name!r} has no Ray Client endpoint yet (phase {info.phase})",
             detail=f"`%raycluster status {info.name}` shows why",
         )
-    check_versions(info)
     if (
         _current
         and _current.cluster == info.name
         and _current.address == address
         and _current.environment == environment
+        and _alive()
     ):
         return
+    check_versions(info, running_versions(dashboard or info.endpoints.dashboard, token))
     import ray
 
     disconnect()
@@ -147,6 +190,25 @@ def connect(
     _current = _Connection(info.name, address, context, environment)
 
 
+def _alive() -> bool:
+    """Ray Client's connection is still up. After its server went (the head pod was
+    replaced: a resume, a restart) the data channel is shut down while
+    ray.is_initialized() still says yes, so connecting again must not be a no-op."""
+    try:
+        from ray.util import client
+
+        client_ray: Any = client.ray  # untyped
+        worker = client_ray.get_context().client_worker
+        data = getattr(worker, "data_client", None)
+        if not client_ray.is_connected() or getattr(data, "_in_shutdown", False):
+            return False
+        # Within the client's reconnect grace period the flags above still look fine
+        # though the channel is closed: ask the server.
+        return bool(worker.ping_server(timeout=5))
+    except Exception:  # a closed channel raises; Ray's private state may differ: not alive
+        return False
+
+
 def _not_the_sigterm_warning(record: logging.LogRecord) -> bool:
     return not record.getMessage().startswith("SIGTERM handler is not set")
 
@@ -176,8 +238,18 @@ def disconnect() -> str | None:
     if "ray" in sys.modules:
         import ray
 
-        if ray.is_initialized():
-            ray.shutdown()
+        try:
+            if ray.is_initialized():  # itself a call to the server, in client mode
+                ray.shutdown()
+        except Exception as exc:  # a Ray Client whose head went away ("closed channel")
+            logging.getLogger("raylab").debug("ray.shutdown: %s", exc)
+        if was is not None:
+            # A Ray Client whose server went away (the head was replaced) no longer
+            # counts as initialized, yet stays registered, and ray.init would refuse.
+            from ray.util import client_connect
+
+            with contextlib.suppress(Exception):
+                client_connect.disconnect()  # type: ignore[no-untyped-call]
     if was:
         auth.forget_token()
     return was.cluster if was else None

@@ -11,9 +11,11 @@ import hashlib
 import json
 import re
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 from .connect import CLIENT_SERVER_ENV
+from .model import IdleState
 from .profiles import GpuProfile
 from .spec import ClusterSpec
 
@@ -25,6 +27,9 @@ GPU_TYPE_LABEL = "raylab.io/gpu-type"
 OWNER_ANNOTATION = "raylab.io/owner"  # the username as typed; the label is a safe form of it
 SPEC_ANNOTATION = "raylab.io/spec"
 PYTHON_ANNOTATION = "raylab.io/python-version"
+# The culler's idle state (model.IdleState) as canonical JSON with UTC times, so that a
+# JSON-patch `test` of the value read makes each write conditional (culler/sweep.py).
+IDLE_ANNOTATION = "raylab.io/idle"
 
 WORKER_GROUP = "gpu-workers"
 HEAD_CONTAINER = "ray-head"  # KubeRay runs Ray in the first container; logs come from it
@@ -153,7 +158,10 @@ def raycluster_manifest(
             "rayStartParams": head_params,
             "template": {
                 "metadata": {"labels": dict(labels)},
-                "spec": _pod(head, head_memory, service_account, token=head_token),
+                "spec": {
+                    **_pod(head, head_memory, service_account, token=head_token),
+                    **_placement(profile.head_node_selector, profile.head_tolerations),
+                },
             },
         },
         "workerGroupSpecs": [group],
@@ -179,10 +187,43 @@ def raycluster_manifest(
                 OWNER_ANNOTATION: owner,
                 SPEC_ANNOTATION: spec_annotation(spec),
                 PYTHON_ANNOTATION: python_version,
+                IDLE_ANNOTATION: idle_annotation(IdleState()),
             },
         },
         "spec": cluster_spec,
     }
+
+
+def idle_annotation(idle: IdleState) -> str:
+    """Canonical: the same state always gives the same text (`test` compares text)."""
+    body: dict[str, str] = {}
+    for key, value in sorted(idle.to_json().items()):
+        body[key] = _utc(value) if isinstance(value, float) else str(value)
+    return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
+def idle_from_annotation(text: str | None) -> IdleState:
+    try:
+        data = json.loads(text or "{}")
+    except ValueError:
+        return IdleState()
+    if not isinstance(data, dict):
+        return IdleState()
+    parsed: dict[str, object] = {}
+    for key, value in data.items():
+        if isinstance(value, str) and key != "unknown_reason":
+            try:
+                parsed[key] = datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+        else:
+            parsed[key] = value
+    return IdleState.from_json(parsed)
+
+
+def _utc(epoch: float) -> str:
+    # Whole seconds, rounded down: a stored deadline is never later than the one decided.
+    return datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def spec_annotation(spec: ClusterSpec) -> str:
@@ -219,10 +260,23 @@ def _container(
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "securityContext": container_security_context(),
         "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}],
+        # A crash's last log lines become the container's termination message, which
+        # raylab's status shows ("CrashLoopBackOff: ... exited with 1: <that line>").
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if ports:
         container["ports"] = ports
     return container
+
+
+def _placement(selector: dict[str, str], tolerations: list[dict[str, str]]) -> dict[str, Any]:
+    """nodeSelector and tolerations, each only if it says something."""
+    placement: dict[str, Any] = {}
+    if selector:
+        placement["nodeSelector"] = dict(selector)
+    if tolerations:
+        placement["tolerations"] = [dict(t) for t in tolerations]
+    return placement
 
 
 def _pod(

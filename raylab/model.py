@@ -33,6 +33,45 @@ class Endpoints:
 
 
 @dataclass(frozen=True)
+class IdleState:
+    """What the culler keeps on the cluster itself (a KubeRay annotation, the local
+    cluster.json), so that every door shows the same. Times are epoch seconds.
+
+    Empty while the cluster is in use; `resume`, `suspend` and Keep running empty it.
+    """
+
+    since: float | None = None  # seen idle (no driver, no live actor) since
+    suspend_at: float | None = None  # warned: suspended then, unless used or kept
+    unknown_since: float | None = None  # its activity could not be read since
+    unknown_reason: str = ""
+    suspended_at: float | None = None  # suspended for idleness then (with `since`: how long)
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v not in (None, "")}
+
+    @classmethod
+    def from_json(cls, data: object) -> IdleState:
+        """Lenient: anything unreadable counts as empty (the culler then starts over)."""
+        if not isinstance(data, dict):
+            return cls()
+
+        def number(key: str) -> float | None:
+            value = data.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                return float(value)
+            return None
+
+        reason = data.get("unknown_reason")
+        return cls(
+            since=number("since"),
+            suspend_at=number("suspend_at"),
+            unknown_since=number("unknown_since"),
+            unknown_reason=reason if isinstance(reason, str) else "",
+            suspended_at=number("suspended_at"),
+        )
+
+
+@dataclass(frozen=True)
 class ClusterInfo:
     name: str
     owner: str
@@ -51,6 +90,10 @@ class ClusterInfo:
     logical_gpus: bool = False  # GPUs declared to Ray without physical devices
     # The Ray environment connects apply (names only, no values); None: never set.
     environment: ClusterEnvironment | None = None
+    # Idle suspension and GPU-hours (raylab/culler): the cluster's lasting identity (the
+    # RayCluster's uid; a local cluster's own), and its idle state.
+    uid: str = ""
+    idle: IdleState = field(default_factory=IdleState)
 
     @property
     def gpus(self) -> int:

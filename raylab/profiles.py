@@ -19,13 +19,27 @@ class GpuProfile:
     resource_key: str = "nvidia.com/gpu"
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: list[dict[str, str]] = field(default_factory=list)
+    # Where the clusters' heads (no GPUs) run: by default on any node without taints;
+    # an admin can pin them to a CPU pool of their own.
+    head_node_selector: dict[str, str] = field(default_factory=dict)
+    head_tolerations: list[dict[str, str]] = field(default_factory=list)
     max_gpus_per_worker: int = 8
     default_cpus: str = "8"
     default_memory: str = "32Gi"
+    # Idle clusters of this type are suspended after this long; None: 60 for GPU types,
+    # 0 (never) for CPU-only ones.
+    idle_suspend_minutes: float | None = None
 
     @property
     def has_gpus(self) -> bool:
         return self.max_gpus_per_worker > 0
+
+    @property
+    def idle_suspend_limit_minutes(self) -> float:
+        """The admin's idle limit in minutes (0: never suspended for idleness)."""
+        if self.idle_suspend_minutes is not None:
+            return max(0.0, float(self.idle_suspend_minutes))
+        return DEFAULT_IDLE_SUSPEND_MINUTES if self.has_gpus else 0.0
 
     @classmethod
     def from_mapping(cls, name: str, data: dict[str, Any]) -> GpuProfile:
@@ -44,12 +58,16 @@ class GpuProfile:
             "resource_key": self.resource_key,
             "node_selector": dict(self.node_selector),
             "tolerations": [dict(t) for t in self.tolerations],
+            "head_node_selector": dict(self.head_node_selector),
+            "head_tolerations": [dict(t) for t in self.head_tolerations],
             "max_gpus_per_worker": self.max_gpus_per_worker,
             "default_cpus": self.default_cpus,
             "default_memory": self.default_memory,
+            "idle_suspend_minutes": self.idle_suspend_limit_minutes,
         }
 
 
+DEFAULT_IDLE_SUSPEND_MINUTES = 60.0
 _GPU_TAINT = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 
 

@@ -8,14 +8,57 @@ from __future__ import annotations
 import html
 import time
 
+from .culler.ledger import UsageRow
 from .environment import ClusterEnvironment
 from .model import ClusterInfo, Phase, format_age
 
-COLUMNS = ("NAME", "PHASE", "WORKERS", "GPUS", "CPU/MEM PER WORKER", "AGE")
+COLUMNS = ("NAME", "PHASE", "WORKERS", "GPUS", "CPU/MEM PER WORKER", "AGE", "IDLE")
+
+
+def clock_text(epoch: float, now: float | None = None) -> str:
+    """14:05 today, else Dec 01 14:05 (local time)."""
+    when, today = time.localtime(epoch), time.localtime(now or time.time())
+    same_day = when[:3] == today[:3]
+    return time.strftime("%H:%M" if same_day else "%b %d %H:%M", when)
+
+
+def duration_text(seconds: float) -> str:
+    """How long, as the idle wording says it: 42 s, 50 min, 3 h 5 min."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3 * 3600:
+        return f"{s // 60} min"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+def suspended_text(info: ClusterInfo) -> str:
+    """Why the culler suspended it ('' if it did not): kept until `resume`."""
+    idle = info.idle
+    if info.phase != Phase.SUSPENDED or idle.suspended_at is None:
+        return ""
+    after = duration_text(idle.suspended_at - (idle.since or idle.suspended_at))
+    return f"suspended after {after} idle at {clock_text(idle.suspended_at)}"
+
+
+def idle_text(info: ClusterInfo, now: float | None = None) -> str:
+    """'idle for 50 min; suspends at 14:05', 'activity unknown since 14:05 (why)', or ''."""
+    idle, now = info.idle, now or time.time()
+    if info.phase not in (Phase.READY, Phase.DEGRADED):
+        return suspended_text(info)
+    if idle.unknown_since is not None:
+        why = f" ({idle.unknown_reason})" if idle.unknown_reason else ""
+        return f"activity unknown since {clock_text(idle.unknown_since, now)}{why}"
+    if idle.since is None:
+        return ""
+    text = f"idle for {duration_text(now - idle.since)}"
+    if idle.suspend_at is not None:
+        text += f"; suspends at {clock_text(idle.suspend_at, now)}"
+    return text
 
 
 def phase_text(info: ClusterInfo, limit: int | None = None) -> str:
-    reason = info.reason
+    reason = suspended_text(info) or info.reason
     if limit is not None and len(reason) > limit:
         reason = reason[: limit - 1] + "…"
     return f"{info.phase} — {reason}" if reason else str(info.phase)
@@ -40,6 +83,7 @@ def row(info: ClusterInfo, *, owner: bool = False) -> list[str]:
         gpus_text(info),
         f"{info.spec.cpus} / {info.spec.memory}",
         format_age(info.age()),
+        idle_text(info),
     ]
     return [*cells, info.owner] if owner else cells
 
@@ -131,7 +175,33 @@ def card_fields(info: ClusterInfo, started: float | None = None) -> list[tuple[s
         fields.append(("Environment", environment_text(info.environment)))
     if info.endpoints.client:
         fields.append(("Client", info.endpoints.client))
+    idle = idle_text(info)
+    if idle and not suspended_text(info):  # a suspension's reason is in the phase already
+        fields.append(("Idle", idle))
     return fields
+
+
+def keep_running_hint(info: ClusterInfo, prog: str = "%raycluster") -> str:
+    """What a warned owner can do ('' unless a suspension is announced)."""
+    if info.idle.suspend_at is None or info.phase not in (Phase.READY, Phase.DEGRADED):
+        return ""
+    return f"`{prog} keep {info.name}` keeps it running (or use it: any job or kernel)"
+
+
+def usage_table(rows: list[UsageRow], since: float, *, everyone: bool) -> str:
+    """GPU-hours per user and GPU type since `since`."""
+    period = f"since {time.strftime('%Y-%m-%d %H:%M', time.localtime(since))}"
+    if not rows:
+        return f"No GPU-hours {period}."
+    header = ["USER", "GPU TYPE", "CLUSTERS", "GPU-HOURS"]
+    body = [[r.owner, r.gpu_type, str(r.clusters), f"{r.gpu_hours:.2f}"] for r in rows]
+    if everyone or len(rows) > 1:
+        body.append(["total", "", str(sum(r.clusters for r in rows)),
+                     f"{sum(r.gpu_hours for r in rows):.2f}"])  # fmt: skip
+    table = [header, *body]
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
+    return f"GPU-hours {period}:\n" + "\n".join(lines)
 
 
 def connect_code(info: ClusterInfo) -> str:

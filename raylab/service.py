@@ -27,7 +27,7 @@ from .errors import (
     SpecError,
     WaitTimeout,
 )
-from .model import ClusterInfo, Phase
+from .model import ClusterInfo, IdleState, Phase
 from .spec import MAX_WORKERS, ClusterSpec, generate_name, validate_name, whole_number
 
 # How long `wait` takes a refusal for a restarting API server's (see there).
@@ -148,6 +148,18 @@ class ClusterService:
     def set_suspended(self, name: str, suspended: bool) -> ClusterInfo:
         self.get(name)
         return self.backend.set_suspended(name, suspended)
+
+    def keep_running(self, name: str) -> ClusterInfo:
+        """Restart the idle clock of a running cluster (the warning's Keep running)."""
+        info = self.get(name)
+        if info.phase in (Phase.SUSPENDED, Phase.DELETING):
+            raise Conflict(
+                f"cluster {name!r} is {info.phase}: nothing to keep running",
+                detail=f"`%raycluster resume {name}` starts it again",
+            )
+        if info.idle != IdleState():
+            self.backend.update_idle(name, IdleState())
+        return self.get(name)
 
     # --- waiting ------------------------------------------------------------------
 

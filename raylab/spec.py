@@ -15,7 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from .errors import SpecError
-from .profiles import Profiles
+from .profiles import GpuProfile, Profiles
 
 NAME_MAX = 40
 # RFC 1123 label: what Kubernetes accepts as an object name that is also a DNS label.
@@ -45,6 +45,7 @@ FIELDS = (
     "min_workers",
     "max_workers",
     "idle_timeout_minutes",
+    "idle_suspend_minutes",
 )
 
 
@@ -60,6 +61,8 @@ class ClusterSpec:
     min_workers: int | None = None
     max_workers: int | None = None
     idle_timeout_minutes: int | None = None
+    # Suspend after this long idle; None: the admin's limit for the GPU type. Only less.
+    idle_suspend_minutes: float | None = None
 
     @property
     def gpus_per_worker(self) -> int:
@@ -130,6 +133,7 @@ class ClusterSpec:
         idle = data.get("idle_timeout_minutes")
         if idle is not None:
             idle = _int(data, "idle_timeout_minutes", None, 1, 7 * 24 * 60)
+        idle_suspend = _idle_suspend(data.get("idle_suspend_minutes"), profile)
         return cls(
             name=name,
             gpus=gpus,
@@ -141,7 +145,54 @@ class ClusterSpec:
             min_workers=min_w,
             max_workers=max_w,
             idle_timeout_minutes=idle,
+            idle_suspend_minutes=idle_suspend,
         )
+
+
+_DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*(s|m|min|h|d)?$")
+_UNIT_S = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(value: object, default_unit: str = "m") -> float:
+    """Seconds in `30m`, `90s`, `2h`, `1d` or a bare number (of `default_unit`)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        amount, unit = float(value), default_unit
+    elif isinstance(value, str) and (match := _DURATION.match(value.strip())):
+        amount, unit = float(match.group(1)), match.group(2) or default_unit
+    else:
+        raise ValueError(value)
+    return amount * _UNIT_S[unit]
+
+
+def _idle_suspend(value: object, profile: GpuProfile) -> float | None:
+    """The user's idle limit in minutes: less than the admin's for this GPU type, never more."""
+    if value is None:
+        return None
+    field = "idle_suspend"
+    try:
+        minutes = parse_duration(value) / 60
+    except ValueError:
+        raise SpecError(field, f"{_show(value)} is not a duration such as 30m or 2h") from None
+    limit = profile.idle_suspend_limit_minutes
+    if minutes <= 0:
+        if limit:
+            raise SpecError(field, f"0 would never suspend; {_most(profile)}")
+        return 0.0
+    if limit and minutes > limit:
+        raise SpecError(field, f"{_minutes(minutes)} is more than allowed; {_most(profile)}")
+    return minutes
+
+
+def _minutes(minutes: float) -> str:
+    return f"{minutes:g} min"
+
+
+def _most(profile: GpuProfile) -> str:
+    limit = profile.idle_suspend_limit_minutes
+    return (
+        f"{profile.name} clusters suspend after at most {_minutes(limit)} idle "
+        f"(set by your admin): ask for {limit:g}m or less"
+    )
 
 
 def validate_name(value: object, field: str = "name") -> str:

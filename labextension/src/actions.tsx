@@ -17,6 +17,7 @@ import {
   ICluster,
   dashboardPath,
   deleteCluster,
+  keepRunning,
   patchCluster
 } from './clusters';
 import { showCreateDialog, errorsFromFailure } from './createDialog';
@@ -228,6 +229,15 @@ export async function setSuspended(
 ): Promise<void> {
   clusterOrThrow(ctx, name);
   ctx.model.upsert(await patchCluster(name, { suspend }, ctx.serverSettings));
+}
+
+/** Restart an idle cluster's clock (the warning's Keep running). */
+export async function keepClusterRunning(
+  ctx: IRaylabContext,
+  name: string
+): Promise<void> {
+  clusterOrThrow(ctx, name);
+  ctx.model.upsert(await keepRunning(name, ctx.serverSettings));
 }
 
 /**

@@ -28,6 +28,20 @@ export interface IClusterSpec {
   min_workers: number | null;
   max_workers: number | null;
   idle_timeout_minutes: number | null;
+  /** The owner's own idle limit (minutes), below the admin's; null: the admin's. */
+  idle_suspend_minutes?: number | null;
+}
+
+/**
+ * What the culler keeps on the cluster (`raylab/model.py`, `IdleState`), in
+ * epoch seconds: empty while it is in use.
+ */
+export interface IIdleState {
+  since: number | null;
+  suspend_at: number | null;
+  unknown_since: number | null;
+  unknown_reason: string;
+  suspended_at: number | null;
 }
 
 /**
@@ -69,6 +83,10 @@ export interface ICluster {
   spec: IClusterSpec;
   gpus: number;
   gpu_type: string;
+  /** The cluster's lasting identity (its GPU-hours are kept under it). */
+  uid?: string;
+  /** Absent from servers older than idle suspension. */
+  idle?: IIdleState;
   /** Below the server's base URL; absent in live events. */
   dashboard_path?: string;
 }
@@ -141,6 +159,42 @@ export async function patchCluster(
     settings
   );
   return reply.cluster;
+}
+
+/** Restart an idle cluster's clock (the warning's Keep running). */
+export async function keepRunning(
+  name: string,
+  settings?: ServerConnection.ISettings
+): Promise<ICluster> {
+  const reply = await requestAPI<{ cluster: ICluster }>(
+    clusterPath(name, 'keep-running'),
+    { method: 'POST', body: '{}' },
+    settings
+  );
+  return reply.cluster;
+}
+
+/** GPU-hours per user and GPU type (`GET usage`), and per cluster uid. */
+export interface IUsage {
+  since: number;
+  until: number;
+  users: {
+    owner: string;
+    gpu_type: string;
+    clusters: number;
+    gpu_hours: number;
+  }[];
+  clusters: Record<string, number>;
+  gpu_hours: number;
+}
+
+export async function fetchUsage(
+  sinceDays: number,
+  all: boolean,
+  settings?: ServerConnection.ISettings
+): Promise<IUsage> {
+  const query = `usage?since=${sinceDays}d${all ? '&all=1' : ''}`;
+  return requestAPI<IUsage>(query, { method: 'GET' }, settings);
 }
 
 export async function deleteCluster(

@@ -9,6 +9,7 @@ export namespace CommandIDs {
   export const scale = 'raylab:scale';
   export const suspend = 'raylab:suspend';
   export const resume = 'raylab:resume';
+  export const keepRunning = 'raylab:keep-running';
   export const remove = 'raylab:delete';
   export const reconnect = 'raylab:reconnect';
   export const toggleAll = 'raylab:toggle-all-users';

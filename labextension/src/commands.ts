@@ -10,6 +10,7 @@ import {
   connectNotebook,
   copyConnectCode,
   deleteWithConfirm,
+  keepClusterRunning,
   newCluster,
   openDashboard,
   reportFailure,
@@ -187,6 +188,26 @@ export function registerCommands(
     )
   });
 
+  commands.addCommand(CommandIDs.keepRunning, {
+    label: args =>
+      label(args, 'Keep Running', 'Keep Idle Ray Cluster Running…'),
+    caption: "Restart an idle cluster's clock so that it is not suspended",
+    execute: guarded(
+      'Could not keep running',
+      async name => {
+        await keepClusterRunning(ctx, name);
+        Notification.success(
+          `${name} keeps running; its idle clock starts again.`,
+          {
+            autoClose: 4000
+          }
+        );
+      },
+      'Keep running',
+      c => c.phase === 'Ready' || c.phase === 'Degraded'
+    )
+  });
+
   commands.addCommand(CommandIDs.remove, {
     label: args => label(args, 'Delete', 'Delete Ray Cluster…'),
     execute: guarded(
@@ -226,6 +247,7 @@ export function registerCommands(
       CommandIDs.scale,
       CommandIDs.suspend,
       CommandIDs.resume,
+      CommandIDs.keepRunning,
       CommandIDs.remove,
       CommandIDs.reconnect,
       CommandIDs.toggleAll

@@ -11,6 +11,7 @@ import { DEFAULT_CONFIG, IRaylabConfig, IRaylabContext } from './actions';
 import { describeError } from './api';
 import { registerCommands } from './commands';
 import { registerExport } from './exportButton';
+import { watchIdleWarnings } from './idleWatch';
 import { ClusterListModel } from './model';
 import { fetchProfiles } from './profiles';
 import { ClusterSidebar } from './sidebar';
@@ -73,6 +74,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     app.shell.add(sidebar, 'left', { rank: 750, type: 'Ray clusters' });
     restorer?.add(sidebar, sidebar.id);
     registerCommands(ctx, sidebar, palette);
+    watchIdleWarnings(model, sidebar, app.commands, serverSettings);
     model.start();
 
     // Never let a missing or failing server extension break activation: the

@@ -11,6 +11,8 @@ export interface IGpuProfile {
   resource_key: string;
   node_selector: Record<string, string>;
   tolerations: Record<string, string>[];
+  head_node_selector: Record<string, string>;
+  head_tolerations: Record<string, string>[];
   /** 0 for a CPU-only profile. */
   max_gpus_per_worker: number;
   default_cpus: string;

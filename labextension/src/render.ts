@@ -6,9 +6,93 @@
 import type { ICluster, IEnvironment, Phase } from './clusters';
 
 export function phaseText(cluster: ICluster): string {
-  return cluster.reason
-    ? `${cluster.phase} — ${cluster.reason}`
-    : String(cluster.phase);
+  const reason = suspendedText(cluster) || cluster.reason;
+  return reason ? `${cluster.phase} — ${reason}` : String(cluster.phase);
+}
+
+/** 14:05 today, else Dec 01 14:05 (`render.clock_text`), local time. */
+export function clockText(
+  epochS: number,
+  nowS: number = Date.now() / 1000
+): string {
+  const when = new Date(epochS * 1000);
+  const today = new Date(nowS * 1000);
+  const hm = `${String(when.getHours()).padStart(2, '0')}:${String(when.getMinutes()).padStart(2, '0')}`;
+  if (when.toDateString() === today.toDateString()) {
+    return hm;
+  }
+  const month = when.toLocaleString('en-US', { month: 'short' });
+  return `${month} ${String(when.getDate()).padStart(2, '0')} ${hm}`;
+}
+
+/** 42 s, 50 min, 3 h 5 min (`render.duration_text`). */
+export function durationText(seconds: number): string {
+  const s = Math.max(0, Math.floor(seconds));
+  if (s < 60) {
+    return `${s} s`;
+  }
+  if (s < 3 * 3600) {
+    return `${Math.floor(s / 60)} min`;
+  }
+  return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+}
+
+/** Why the culler suspended it, or '' (`render.suspended_text`). */
+export function suspendedText(cluster: ICluster): string {
+  const idle = cluster.idle;
+  if (cluster.phase !== 'Suspended' || !idle || idle.suspended_at === null) {
+    return '';
+  }
+  const after = durationText(
+    idle.suspended_at - (idle.since ?? idle.suspended_at)
+  );
+  return `suspended after ${after} idle at ${clockText(idle.suspended_at)}`;
+}
+
+function running(cluster: ICluster): boolean {
+  return cluster.phase === 'Ready' || cluster.phase === 'Degraded';
+}
+
+/**
+ * "idle for 50 min; suspends at 14:05", "activity unknown since 14:05 (why)"
+ * or '' (`render.idle_text`).
+ */
+export function idleText(cluster: ICluster, nowS: number): string {
+  const idle = cluster.idle;
+  if (!idle) {
+    return '';
+  }
+  if (!running(cluster)) {
+    return suspendedText(cluster);
+  }
+  if (idle.unknown_since !== null) {
+    const why = idle.unknown_reason ? ` (${idle.unknown_reason})` : '';
+    return `activity unknown since ${clockText(idle.unknown_since, nowS)}${why}`;
+  }
+  if (idle.since === null) {
+    return '';
+  }
+  let text = `idle for ${durationText(nowS - idle.since)}`;
+  if (idle.suspend_at !== null) {
+    text += `; suspends at ${clockText(idle.suspend_at, nowS)}`;
+  }
+  return text;
+}
+
+/** Whether the owner has been warned that the cluster is about to be suspended. */
+export function isWarned(cluster: ICluster): boolean {
+  return running(cluster) && (cluster.idle?.suspend_at ?? null) !== null;
+}
+
+/** Seconds idle now, or null (for sorting the overview). */
+export function idleSeconds(cluster: ICluster, nowS: number): number | null {
+  const since = cluster.idle?.since ?? null;
+  return running(cluster) && since !== null ? Math.max(0, nowS - since) : null;
+}
+
+/** "12.5 GPU-h" */
+export function gpuHoursText(hours: number): string {
+  return `${hours < 10 ? hours.toFixed(1) : Math.round(hours)} GPU-h`;
 }
 
 export function gpusText(cluster: ICluster): string {
@@ -123,6 +207,10 @@ export function cardFields(
   if (cluster.environment) {
     fields.push(['Environment', environmentText(cluster.environment)]);
   }
+  const idle = idleText(cluster, nowS);
+  if (idle && !suspendedText(cluster)) {
+    fields.push(['Idle', idle]);
+  }
   return fields;
 }
 
@@ -130,7 +218,8 @@ export function cardFields(
 export function connectCode(cluster: ICluster): string {
   return (
     `%load_ext raylab\n%raycluster connect ${cluster.name}\n` +
-    `# or: ray.init("${cluster.endpoints.client}")`
+    `# or, in a shell holding what \`raylab env ${cluster.name}\` prints: ` +
+    `ray.init("${cluster.endpoints.client}")`
   );
 }
 

@@ -14,7 +14,7 @@ import {
 } from '@jupyterlab/ui-components';
 import React from 'react';
 
-import { ICluster, Phase } from './clusters';
+import { ICluster, IUsage, Phase } from './clusters';
 import { useNow } from './clock';
 import { CommandIDs } from './commandIds';
 import { rayClusterIcon } from './icons';
@@ -24,9 +24,14 @@ import {
   canConnect,
   canSuspend,
   formatAge,
+  gpuHoursText,
   gpusText,
+  idleSeconds,
+  idleText,
+  isWarned,
   perWorkerText,
   phaseText,
+  suspendedText,
   workersText
 } from './render';
 
@@ -82,6 +87,43 @@ function IconButton(props: {
   );
 }
 
+/**
+ * "idle for 50 min; suspends at 14:05" with Keep running once warned, or
+ * "activity unknown since …" (the same words as `%raycluster status`).
+ */
+function IdleLine(props: {
+  cluster: ICluster;
+  busy: boolean;
+  onKeep: () => void;
+}): React.ReactElement | null {
+  const now = useNow(15000);
+  const c = props.cluster;
+  const text = c.phase === 'Suspended' ? '' : idleText(c, now / 1000);
+  if (!text) {
+    return null;
+  }
+  const warned = isWarned(c);
+  return (
+    <div
+      className={`jp-raylab-card-idle${warned ? ' jp-raylab-mod-warned' : ''}`}
+      role={warned ? 'status' : undefined}
+    >
+      <span>{text}</span>
+      {warned && (
+        <button
+          type="button"
+          className="jp-Button jp-mod-styled jp-mod-warn jp-raylab-keep"
+          disabled={props.busy}
+          aria-label={`Keep ${c.name} running`}
+          onClick={props.onKeep}
+        >
+          Keep running
+        </button>
+      )}
+    </div>
+  );
+}
+
 interface ICardProps {
   cluster: ICluster;
   showOwner: boolean;
@@ -103,6 +145,7 @@ function ClusterCardView(props: ICardProps): React.ReactElement {
   const deleting = c.phase === 'Deleting';
   const connectable = canConnect(c);
   const phase = phaseText(c);
+  const reason = suspendedText(c) || c.reason;
   const titleId = `jp-raylab-card-${c.name}`;
   return (
     <li
@@ -122,11 +165,16 @@ function ClusterCardView(props: ICardProps): React.ReactElement {
           {c.phase}
         </span>
       </div>
-      {c.reason && (
+      {reason && (
         <div className="jp-raylab-card-reason" title={phase}>
-          {c.reason}
+          {reason}
         </div>
       )}
+      <IdleLine
+        cluster={c}
+        busy={busy !== null}
+        onKeep={act(CommandIDs.keepRunning, 'Keeping…')}
+      />
       <dl className="jp-raylab-card-fields">
         <dt>Workers</dt>
         <dd>{workersText(c)} ready</dd>
@@ -313,10 +361,134 @@ function EmptyState(props: { run: Run; showAll: boolean }): React.ReactElement {
   );
 }
 
+type SortKey = 'owner' | 'name' | 'gpus' | 'phase' | 'idle' | 'hours';
+
+const COLUMNS: [SortKey, string][] = [
+  ['owner', 'Owner'],
+  ['name', 'Cluster'],
+  ['gpus', 'GPUs'],
+  ['phase', 'Status'],
+  ['idle', 'Idle'],
+  ['hours', 'GPU-h (7 d)']
+];
+
+/**
+ * The admins' "All users" view: every cluster in one sortable table, idle
+ * ones marked (sorted first by default: the ones worth a look).
+ */
+function Overview(props: {
+  clusters: ReadonlyArray<ICluster>;
+  usage: IUsage | null;
+  stale: boolean;
+}): React.ReactElement {
+  const now = useNow(15000) / 1000;
+  const [sort, setSort] = React.useState<{ key: SortKey; down: boolean }>({
+    key: 'idle',
+    down: true
+  });
+  const hours = (c: ICluster): number =>
+    (c.uid && props.usage?.clusters[c.uid]) || 0;
+  const value = (c: ICluster): string | number => {
+    switch (sort.key) {
+      case 'owner':
+        return c.owner;
+      case 'name':
+        return c.name;
+      case 'gpus':
+        return c.gpus;
+      case 'phase':
+        return c.phase;
+      case 'idle':
+        return idleSeconds(c, now) ?? -1;
+      case 'hours':
+        return hours(c);
+    }
+  };
+  const rows = [...props.clusters].sort((a, b) => {
+    const x = value(a);
+    const y = value(b);
+    const order = x < y ? -1 : x > y ? 1 : a.name < b.name ? -1 : 1;
+    return sort.down ? -order : order;
+  });
+  return (
+    <table
+      className={`jp-raylab-overview${props.stale ? ' jp-raylab-mod-stale' : ''}`}
+      aria-label="Every user's clusters"
+    >
+      <thead>
+        <tr>
+          {COLUMNS.map(([key, label]) => (
+            <th
+              key={key}
+              aria-sort={
+                sort.key === key
+                  ? sort.down
+                    ? 'descending'
+                    : 'ascending'
+                  : 'none'
+              }
+            >
+              <button
+                type="button"
+                className="jp-raylab-sort"
+                onClick={() =>
+                  setSort({
+                    key,
+                    down: sort.key === key ? !sort.down : key !== 'owner'
+                  })
+                }
+              >
+                {label}
+              </button>
+            </th>
+          ))}
+        </tr>
+      </thead>
+      <tbody>
+        {rows.map(c => {
+          const idle = idleText(c, now);
+          const idleNow = idleSeconds(c, now) !== null;
+          return (
+            <tr
+              key={c.name}
+              data-cluster={c.name}
+              className={idleNow ? 'jp-raylab-mod-idle' : undefined}
+            >
+              <td>{c.owner}</td>
+              <td>{c.name}</td>
+              <td>{gpusText(c)}</td>
+              <td title={phaseText(c)}>{c.phase}</td>
+              <td>{idle}</td>
+              <td>{gpuHoursText(hours(c))}</td>
+            </tr>
+          );
+        })}
+      </tbody>
+    </table>
+  );
+}
+
+/** "This week: 12.5 GPU-h", for the user (or everyone, in the overview). */
+function UsageLine(props: {
+  usage: IUsage | null;
+  all: boolean;
+}): React.ReactElement | null {
+  if (!props.usage) {
+    return null;
+  }
+  const who = props.all ? 'All users this week' : 'This week';
+  return (
+    <div className="jp-raylab-usage" aria-live="polite">
+      {who}: {gpuHoursText(props.usage.gpu_hours)}
+    </div>
+  );
+}
+
 function ClusterPanel(props: {
   model: ClusterListModel;
   user: IUser | null;
   run: Run;
+  usage: IUsage | null;
 }): React.ReactElement {
   const { model, run, user } = props;
   const state = React.useSyncExternalStore(
@@ -371,6 +543,7 @@ function ClusterPanel(props: {
           ))}
         </div>
       )}
+      <UsageLine usage={props.usage} all={state.showAll} />
       <Banners state={state} run={run} />
       {!state.loaded ? (
         state.stream === 'connecting' ? (
@@ -380,6 +553,8 @@ function ClusterPanel(props: {
         ) : null
       ) : state.clusters.length === 0 ? (
         <EmptyState run={run} showAll={state.showAll} />
+      ) : state.showAll ? (
+        <Overview clusters={state.clusters} usage={props.usage} stale={stale} />
       ) : (
         <ul
           className="jp-raylab-cards"
@@ -427,9 +602,23 @@ export class ClusterSidebar extends ReactWidget {
     this.update();
   }
 
+  /** GPU-hours shown in the header and the overview (`GET usage`). */
+  get usage(): IUsage | null {
+    return this._usage;
+  }
+  set usage(usage: IUsage | null) {
+    this._usage = usage;
+    this.update();
+  }
+
   protected render(): React.ReactElement {
     return (
-      <ClusterPanel model={this.model} user={this._user} run={this._run} />
+      <ClusterPanel
+        model={this.model}
+        user={this._user}
+        run={this._run}
+        usage={this._usage}
+      />
     );
   }
 
@@ -437,4 +626,5 @@ export class ClusterSidebar extends ReactWidget {
     await this._commands.execute(command, name === undefined ? {} : { name });
   };
   private _user: IUser | null = null;
+  private _usage: IUsage | null = null;
 }

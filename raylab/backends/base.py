@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from ..environment import ClusterEnvironment
-from ..model import ClusterInfo
+from ..model import ClusterInfo, IdleState
 from ..spec import ClusterSpec
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
@@ -47,7 +47,22 @@ class Backend(Protocol):
 
     def scale(self, name: str, workers: int) -> ClusterInfo: ...
 
-    def set_suspended(self, name: str, suspended: bool) -> ClusterInfo: ...
+    def set_suspended(self, name: str, suspended: bool) -> ClusterInfo:
+        """Suspend or resume; either empties the cluster's idle state."""
+        ...
+
+    def update_idle(
+        self,
+        name: str,
+        idle: IdleState,
+        *,
+        expected: IdleState | None = None,
+        suspend: bool = False,
+    ) -> bool:
+        """Store the culler's idle state on the cluster if what is stored is still
+        `expected` (None: unconditionally); with `suspend`, suspend it in the same write.
+        False when the cluster changed meanwhile (nothing written) or is gone."""
+        ...
 
     def logs(self, name: str, tail: int = 200) -> str: ...
 

@@ -26,17 +26,19 @@ from ..manifest import (
     CLIENT_PORT,
     DASHBOARD_PORT,
     HEAD_CONTAINER,
+    IDLE_ANNOTATION,
     MANAGED_BY,
     MANAGED_BY_LABEL,
     OWNER_LABEL,
     SPEC_ANNOTATION,
     cluster_labels,
+    idle_annotation,
     owner_label,
     raycluster_manifest,
     spec_annotation,
     versions_from_image,
 )
-from ..model import ClusterInfo
+from ..model import ClusterInfo, IdleState
 from ..spec import ClusterSpec
 from .base import ClusterEvent
 from .kuberay_config import in_cluster, load_api_client, resolve_namespace
@@ -211,7 +213,54 @@ class KubeRayBackend:
         return self._patch(name, patch, "application/merge-patch+json")
 
     def set_suspended(self, name: str, suspended: bool) -> ClusterInfo:
-        return self._patch(name, {"spec": {"suspend": suspended}}, "application/merge-patch+json")
+        # A user's suspend or resume also empties the idle state: no idle reason shown,
+        # and a resumed cluster's idle clock starts again.
+        body = {
+            "spec": {"suspend": suspended},
+            "metadata": {"annotations": {IDLE_ANNOTATION: idle_annotation(IdleState())}},
+        }
+        return self._patch(name, body, "application/merge-patch+json")
+
+    def update_idle(
+        self,
+        name: str,
+        idle: IdleState,
+        *,
+        expected: IdleState | None = None,
+        suspend: bool = False,
+    ) -> bool:
+        """Store the culler's idle state if the annotation still holds `expected` (None:
+        whatever it holds), and with `suspend`, suspend the cluster in the same patch.
+
+        One JSON patch whose `test` compares the annotation as read: of any number of
+        cullers that read the same state, exactly one write succeeds (the API server
+        applies patches one at a time), so a cluster is suspended once. An empty
+        `expected` is not tested, since clusters made before raylab kept idle state have
+        no annotation to test; a suspension always follows a stored warning.
+        """
+        from kubernetes.client.exceptions import ApiException
+
+        path = "/metadata/annotations/" + IDLE_ANNOTATION.replace("~", "~0").replace("/", "~1")
+        patch: builtins.list[dict[str, Any]] = []
+        if expected is not None and expected != IdleState():
+            patch.append({"op": "test", "path": path, "value": idle_annotation(expected)})
+        patch.append({"op": "add", "path": path, "value": idle_annotation(idle)})
+        if suspend:
+            # A user's own suspend empties the annotation, so the `test` fails then.
+            patch.append({"op": "add", "path": "/spec/suspend", "value": True})
+        call = self._call("patch", PLURAL, name)
+        try:
+            self.custom.patch_namespaced_custom_object(
+                *RAY, self.namespace, PLURAL, name, patch,
+                _content_type="application/json-patch+json", _request_timeout=REQUEST_TIMEOUT,
+            )  # fmt: skip
+        except ApiException as exc:
+            if exc.status in (404, 409, 422):
+                return False  # gone, or changed since it was read: decided again next sweep
+            raise translate(exc, call) or exc from None
+        except Exception as exc:
+            raise translate(exc, call) or exc from None
+        return True
 
     def logs(self, name: str, tail: int = 200) -> str:
         obj = self._require(name)
@@ -317,14 +366,22 @@ class KubeRayBackend:
         return relay.host, relay.port, relay.close
 
     def _forward(self, name: str, port: int) -> Relay:
+        from kubernetes import client
         from kubernetes.stream import portforward
 
         def open_remote() -> Any:
             head = self._running_head(name)
-            # A websocket upgrade is a GET: RBAC checks `get` on pods/portforward.
-            with api_errors(self._call("get", "pods/portforward", head)):
-                forward = portforward(self.core.connect_get_namespaced_pod_portforward, head,
-                                      self.namespace, ports=str(port))  # fmt: skip
+            # The client's portforward() swaps the ApiClient's call_api for a websocket
+            # one while it opens: on the shared client, a watch or list in another
+            # thread would go out as a port-forward ("Missing required parameter
+            # `ports`"). So each opening gets an ApiClient of its own (the websocket
+            # does not use its connection pool).
+            with client.ApiClient(self.api.configuration) as own:
+                core = client.CoreV1Api(own)
+                # A websocket upgrade is a GET: RBAC checks `get` on pods/portforward.
+                with api_errors(self._call("get", "pods/portforward", head)):
+                    forward = portforward(core.connect_get_namespaced_pod_portforward, head,
+                                          self.namespace, ports=str(port))  # fmt: skip
             return forward.socket(port)
 
         self._running_head(name)  # its own message, before any port-forward

@@ -22,11 +22,13 @@ from ..manifest import (
     CLIENT_PORT,
     DASHBOARD_PORT,
     GPU_TYPE_LABEL,
+    IDLE_ANNOTATION,
     OWNER_ANNOTATION,
     OWNER_LABEL,
     PYTHON_ANNOTATION,
     SPEC_ANNOTATION,
     WORKER_GROUP,
+    idle_from_annotation,
 )
 from ..model import ClusterInfo, Endpoints, Phase
 from ..spec import ClusterSpec
@@ -111,6 +113,8 @@ def cluster_info(
         python_version=annotations.get(PYTHON_ANNOTATION) or None,
         logical_gpus=False,
         environment=ClusterEnvironment.from_annotation(annotations.get(ENVIRONMENT_ANNOTATION)),
+        uid=str(meta.get("uid") or ""),
+        idle=idle_from_annotation(annotations.get(IDLE_ANNOTATION)),
     )
 
 
@@ -167,6 +171,9 @@ def derive_status(
         stuck = stuck_reason(head)
         if stuck:
             return result(Phase.FAILED, f"head pod {_pod_name(head)}: {stuck}")
+        restarted = restart_reason(head)
+        if restarted:
+            return result(Phase.STARTING, f"head pod {_pod_name(head)} restarted: {restarted}")
         return result(Phase.STARTING, "starting the head")
 
     if ready >= desired:
@@ -274,11 +281,35 @@ def stuck_reason(pod: Mapping[str, Any]) -> str:
     ]:
         waiting = (cs.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") in _STUCK:
+            crashed = (cs.get("lastState") or {}).get("terminated") or {}
+            if waiting["reason"] == "CrashLoopBackOff" and crashed:
+                # What the user needs is why it crashed, not the back-off's timing.
+                return f"CrashLoopBackOff: {_crash(str(cs.get('name') or 'container'), crashed)}"
             message = waiting.get("message") or ""
             return f"{waiting['reason']}: {message}".rstrip(": ")
     if status.get("phase") == "Failed":
         return f"pod failed: {status.get('reason') or ''} {status.get('message') or ''}".strip()
     return ""
+
+
+def restart_reason(pod: Mapping[str, Any]) -> str:
+    """'ray-head exited with 1 (Error): <line> (restart 2)' for a pod whose container
+    died and is running again (not Ready yet), else ''."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        crashed = (cs.get("lastState") or {}).get("terminated") or {}
+        if crashed and not cs.get("ready"):
+            name = str(cs.get("name") or "container")
+            return f"{_crash(name, crashed)} (restart {cs.get('restartCount') or 1})"
+    return ""
+
+
+def _crash(container: str, terminated: Mapping[str, Any]) -> str:
+    """'ray-head exited with 1 (Error): <its last log line>'."""
+    text = f"{container} exited with {terminated.get('exitCode')} ({terminated.get('reason')})"
+    if terminated.get("reason") == "OOMKilled":
+        return f"{text}: it needs more memory than its limit"
+    lines = [line for line in str(terminated.get("message") or "").splitlines() if line.strip()]
+    return f"{text}: {lines[-1].strip()}" if lines else text
 
 
 def is_validation_warning(event: Mapping[str, Any]) -> bool:

@@ -22,14 +22,14 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .. import auth
 from ..environment import ClusterEnvironment
 from ..errors import BackendUnavailable, Conflict, NotFound, SpecError
-from ..model import ClusterInfo, Endpoints, Phase
+from ..model import ClusterInfo, Endpoints, IdleState, Phase
 from ..spec import ClusterSpec, parse_quantity
 from .base import ClusterEvent
 from .local_memory import object_store_bytes
@@ -77,6 +77,8 @@ class _State:
     # "disabled" for clusters made with auth off, or before raylab had it.
     auth: str = "disabled"
     environment: ClusterEnvironment | None = None
+    uid: str = ""  # lasting identity (GPU-hours ledger); older clusters get one on read
+    idle: IdleState = field(default_factory=IdleState)  # the culler's (culler/rules.py)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -92,6 +94,8 @@ class _State:
             "logical_gpus": self.logical_gpus,
             "auth": self.auth,
             "environment": self.environment.to_json() if self.environment else None,
+            "uid": self.uid,
+            "idle": self.idle.to_json(),
         }
 
     @classmethod
@@ -109,6 +113,8 @@ class _State:
             logical_gpus=data.get("logical_gpus", False),
             auth=data.get("auth", "disabled"),
             environment=ClusterEnvironment.from_json(data.get("environment")),
+            uid=data.get("uid") or f"local-{data['spec']['name']}-{data['created']:.0f}",
+            idle=IdleState.from_json(data.get("idle")),
         )
 
 
@@ -195,6 +201,7 @@ class LocalBackend:
                 logical_gpus=spec.gpus > physical_gpu_count(),
                 auth="token" if self.token_auth else "disabled",
                 environment=environment,
+                uid=f"local-{secrets.token_hex(8)}",
             )
             self._start_nodes(spec.name, state)
         return self._info(spec.name, state)
@@ -250,16 +257,49 @@ class LocalBackend:
         with self._lock():
             state = self._require(name)
             if suspended == state.suspended:
+                if state.idle != IdleState():
+                    state.idle = IdleState()
+                    self._write(name, state)
                 return self._info(name, state)
+            state.idle = IdleState()  # a user's suspend or resume: no idle reason, fresh clock
             if suspended:
-                stop_sessions(state.nodes)
-                state.nodes = []
-                state.suspended = True
-                self._write(name, state)
+                self._suspend(name, state)
             else:
-                state.suspended = False
-                self._start_nodes(name, state)
+                self._resume(name, state)
             return self._info(name, state)
+
+    def update_idle(
+        self,
+        name: str,
+        idle: IdleState,
+        *,
+        expected: IdleState | None = None,
+        suspend: bool = False,
+    ) -> bool:
+        """Store the culler's idle state, if the stored one is still `expected` (None:
+        whatever it is); with `suspend`, suspend the cluster in the same step."""
+        with self._lock():
+            state = self._read(name)
+            if state is None or (expected is not None and state.idle != expected):
+                return False
+            if suspend and state.suspended:
+                return False  # suspended meanwhile, by its owner: theirs, not idleness
+            state.idle = idle
+            if suspend:
+                self._suspend(name, state)
+            else:
+                self._write(name, state)
+            return True
+
+    def _suspend(self, name: str, state: _State) -> None:
+        stop_sessions(state.nodes)
+        state.nodes = []
+        state.suspended = True
+        self._write(name, state)
+
+    def _resume(self, name: str, state: _State) -> None:
+        state.suspended = False
+        self._start_nodes(name, state)
 
     def logs(self, name: str, tail: int = 200) -> str:
         state = self._require(name)
@@ -441,6 +481,8 @@ class LocalBackend:
             python_version=state.python_version,
             logical_gpus=state.logical_gpus,
             environment=state.environment,
+            uid=state.uid,
+            idle=state.idle,
         )
 
     def _status(self, state: _State) -> tuple[Phase, str, int, bool]:
@@ -570,10 +612,6 @@ def _fatal_line(node: NodeProcess) -> str | None:
 
 
 def _changed(a: ClusterInfo, b: ClusterInfo) -> bool:
-    return (a.phase, a.reason, a.workers_ready, a.workers_desired, a.endpoints) != (
-        b.phase,
-        b.reason,
-        b.workers_ready,
-        b.workers_desired,
-        b.endpoints,
-    ) or a.environment != b.environment
+    fields = ("phase", "reason", "workers_ready", "workers_desired", "endpoints", "idle",
+              "environment")  # fmt: skip
+    return any(getattr(a, f) != getattr(b, f) for f in fields)

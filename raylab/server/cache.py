@@ -155,7 +155,10 @@ class ClusterCache:
         self.synced.set()
 
     def _apply_watched(self, arrived: tuple[float, ClusterEvent]) -> None:
+        from .. import metrics
+
         at, event = arrived
+        metrics.WATCH_EVENTS.labels(event.type).inc()
         name = event.cluster.name
         self._watched_at[name] = at
         if event.type == "DELETED":

@@ -10,15 +10,18 @@ from jupyter_server.utils import url_path_join
 from ..backends import make_backend
 from ..config import Raylab, Settings
 from .cache import ClusterCache
+from .culling import ServerCuller
 from .dashboard import DashboardProxyHandler
 from .events import EventsHandler
 from .export import ExportHandler
 from .handlers import (
     ClusterHandler,
     ClustersHandler,
+    KeepRunningHandler,
     LogsHandler,
     NotFoundHandler,
     ProfilesHandler,
+    UsageHandler,
 )
 
 # Any segment: the handlers validate it, so a bad name gets a 422 that says why.
@@ -29,8 +32,10 @@ ROUTES: list[tuple[str, Any]] = [
     ("clusters", ClustersHandler),
     ("events", EventsHandler),
     ("export", ExportHandler),
+    ("usage", UsageHandler),
     (url_path_join("clusters", NAME), ClusterHandler),
     (url_path_join("clusters", NAME, "logs"), LogsHandler),
+    (url_path_join("clusters", NAME, "keep-running"), KeepRunningHandler),
     (url_path_join("clusters", NAME, "dashboard") + r"/?(?P<path>.*)", DashboardProxyHandler),
     (r"(?P<path>.*)", NotFoundHandler),
 ]
@@ -42,12 +47,20 @@ class RaylabExtension(ExtensionApp):
     classes = [Raylab]  # noqa: RUF012 (declared by ExtensionApp)
 
     cache: ClusterCache | None = None
+    server_culler: ServerCuller | None = None
 
     def initialize_handlers(self) -> None:
         assert self.serverapp is not None  # set by jupyter_server before this is called
         settings = Settings.from_config(self.serverapp.config)
         backend = make_backend(settings.backend, settings)
         self.cache = ClusterCache(backend, self.log)
+        from .. import metrics
+
+        cache = self.cache
+        # This server's /metrics (jupyter_server serves the default registry).
+        metrics.set_cluster_source("server", lambda: list(cache.clusters.values()))
+        if settings.options.culler == "server":
+            self.server_culler = ServerCuller(cache, settings, self.log)
         web_app: Any = self.serverapp.web_app
         web_app.settings["raylab_settings"] = settings
         web_app.settings["raylab_cache"] = self.cache
@@ -55,7 +68,15 @@ class RaylabExtension(ExtensionApp):
         web_app.add_handlers(".*$", [(url_path_join(base, p), h) for p, h in ROUTES])
         self.log.info("raylab: serving %s (backend %s)", base, settings.backend)
 
+    async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
+        # The cache starts on the first request; the culler needs it from the start.
+        if self.server_culler is not None and self.cache is not None:
+            self.cache.ensure_started()
+            self.server_culler.start()
+
     async def stop_extension(self) -> None:
         # The watch stops with the server; the clusters themselves keep running.
+        if self.server_culler is not None:
+            await self.server_culler.stop()
         if self.cache is not None:
             self.cache.stop()

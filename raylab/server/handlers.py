@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any, TypeVar
 
 from jupyter_server.auth.decorator import authorized
@@ -27,7 +29,7 @@ AUTH_RESOURCE = "raylab"
 MAX_BODY = 64 * 1024
 # Endpoints beyond the cluster API that this server has; the frontend shows their buttons
 # only when listed in the profiles reply (it fetches that reply at start-up anyway).
-FEATURES = ("export",)
+FEATURES = ("export", "usage", "keep-running")
 T = TypeVar("T")
 
 
@@ -121,6 +123,10 @@ class RaylabHandler(APIHandler):
         self.finish(json.dumps(body))
 
     def _handle_request_exception(self, e: BaseException) -> None:
+        from .. import metrics
+
+        status = e.status if isinstance(e, RaylabError) else getattr(e, "status_code", 500)
+        metrics.API_ERRORS.labels("rest", str(status)).inc()
         if isinstance(e, RaylabError):
             # A user's or the infrastructure's error: a clear JSON answer, no traceback.
             self.set_status(e.status)
@@ -195,6 +201,54 @@ class ClusterHandler(RaylabHandler):
         await self.blocking(self.cache.refresh, name)
         self.set_status(204)
         self.finish()
+
+
+class KeepRunningHandler(RaylabHandler):
+    """`POST clusters/NAME/keep-running`: restart an idle cluster's clock (its owner or
+    an admin), what the warning's Keep running button sends."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, name: str) -> None:
+        from .. import metrics
+
+        info = await self.blocking(self.service().keep_running, name)
+        metrics.KEEP_RUNNING.inc()
+        await self.blocking(self.cache.refresh, name)
+        self.reply({"cluster": cluster_json(info)})
+
+
+class UsageHandler(RaylabHandler):
+    """`GET usage?since=7d[&all=1]`: GPU-hours per user and GPU type, and per cluster."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        from ..culler.ledger import cluster_hours, usage_rows
+        from ..culler.ledger_store import store_for
+        from ..spec import parse_duration
+
+        text = self.get_argument("since", "7d")
+        try:
+            seconds = parse_duration(text, default_unit="d")
+        except ValueError:
+            raise SpecError("since", f"{text!r} is not a duration such as 7d or 24h") from None
+        everyone = self.get_argument("all", "0") in ("1", "true") and self.is_admin
+        now = time.time()
+        since = now - seconds
+        store = store_for(self.cache.backend)
+        owner = None if everyone else self.username
+        intervals = await self.blocking(store.load, owner)
+        rows = usage_rows(intervals, since, now)
+        self.reply(
+            {
+                "since": since,
+                "until": now,
+                "users": [asdict(r) for r in rows],
+                "clusters": cluster_hours(intervals, since, now),
+                "gpu_hours": sum(r.gpu_hours for r in rows),
+            }
+        )
 
 
 class LogsHandler(RaylabHandler):

@@ -96,3 +96,11 @@ def namespace(admin_api: k8s_client.ApiClient) -> Iterator[str]:
     """
     with new_namespace(admin_api, "t") as name:
         yield name
+
+
+@pytest.fixture(scope="session")
+def process_nodes(control_plane: ControlPlane) -> list[str]:
+    """The nodes whose pods really run (harness/processnodes.py)."""
+    if control_plane.process_nodes_unavailable is not None:
+        pytest.skip(f"no process nodes here: {control_plane.process_nodes_unavailable}")
+    return control_plane.process_nodes

@@ -128,7 +128,8 @@ def test_nodes_show_their_gpus_labels_and_taints(
     admin_api: k8s_client.ApiClient,
 ) -> None:
     items = call_json(k8s_client.CoreV1Api(admin_api).list_node)["items"]
-    nodes = {n["metadata"]["name"]: n for n in items}
+    # The process nodes have tests of their own (test_procnode.py).
+    nodes = {n["metadata"]["name"]: n for n in items if n["metadata"]["labels"]["type"] == "kwok"}
     assert set(nodes) == {n.name for n in FAKE_NODES}
 
     gpus = {name: n["status"]["allocatable"].get(GPU_RESOURCE) for name, n in nodes.items()}
@@ -152,7 +153,9 @@ def test_nodes_show_their_gpus_labels_and_taints(
         assert taints == expected, name
 
 
-def test_kwok_heartbeats_keep_the_nodes_alive(admin_api: k8s_client.ApiClient) -> None:
+def test_kwok_heartbeats_keep_the_nodes_alive(
+    control_plane: ControlPlane, admin_api: k8s_client.ApiClient
+) -> None:
     # Without renewed node Leases the node lifecycle controller would taint the nodes
     # unreachable after 50 s and evict their pods.
     leases = k8s_client.CoordinationV1Api(admin_api)
@@ -162,7 +165,7 @@ def test_kwok_heartbeats_keep_the_nodes_alive(admin_api: k8s_client.ApiClient) -
         return {lease["metadata"]["name"]: lease["spec"]["renewTime"] for lease in items}
 
     first = renew_times()
-    assert set(first) == {n.name for n in FAKE_NODES}
+    assert set(first) == {n.name for n in FAKE_NODES} | set(control_plane.process_nodes)
     wait_until(
         "every node Lease renewed",
         lambda: all(t > first[name] for name, t in renew_times().items()),
@@ -306,7 +309,8 @@ def test_apiserver_outage_and_recovery(
 
     control_plane.start_apiserver()
     # The same client (same URL, CA and token) works again.
-    assert len(call_json(core.list_node)["items"]) == len(FAKE_NODES)
+    nodes = len(FAKE_NODES) + len(control_plane.process_nodes)
+    assert len(call_json(core.list_node)["items"]) == nodes
     # Controllers, scheduler, KWOK and the operator re-established their watches.
     custom = k8s_client.CustomObjectsApi(admin_api)
     create = custom.create_namespaced_custom_object

@@ -149,12 +149,15 @@ def test_list_shows_the_cluster(nb: Notebook, up_output: str) -> None:
     assert "4 × a100" in row
 
 
-def test_more_gpus_than_nodes_stays_pending_with_the_schedulers_reason(nb: Notebook) -> None:
+def test_more_gpus_than_nodes_stays_pending_with_the_schedulers_reason(
+    nb: Notebook, control_plane: ControlPlane
+) -> None:
     # 8 workers of 8 H100s; the one H100 node has 4: nothing can be placed.
     message, printed = nb.fails("up --name big --gpus 64 --gpu-type h100 --workers 8 "
                                 "--no-connect --timeout 8")  # fmt: skip
     assert message.startswith("cluster 'big' is still Pending after 8 s: "), message
-    assert "8 of 8 workers cannot be scheduled: 0/4 nodes are available" in message
+    nodes = len(FAKE_NODES) + len(control_plane.process_nodes)
+    assert f"8 of 8 workers cannot be scheduled: 0/{nodes} nodes are available" in message
     assert "Insufficient nvidia.com/gpu" in message
     assert "it was kept" in message
     assert any("Pending — 8 of 8 workers cannot be scheduled" in ln for ln in printed.splitlines())

@@ -88,6 +88,36 @@ def test_a_crashing_worker_degrades_a_running_cluster() -> None:
     assert status.reason.startswith("worker pod c-worker-x: CrashLoopBackOff")
 
 
+def test_a_crash_loop_says_why_the_container_crashed() -> None:
+    obj = raycluster(**accepted(("HeadPodReady", "False")))
+    head = pod("head", ready=False, waiting="CrashLoopBackOff")
+    # As the kubelet reports it with terminationMessagePolicy FallbackToLogsOnError.
+    head["status"]["containerStatuses"][0]["lastState"] = {
+        "terminated": {"exitCode": 1, "reason": "Error", "message": "starting\nValueError: no\n"}
+    }
+    status = derive_status(obj, [head])
+    assert status.phase == Phase.FAILED
+    assert (
+        status.reason
+        == "head pod c-head-x: CrashLoopBackOff: ray exited with 1 (Error): ValueError: no"
+    )
+
+
+def test_a_restarted_head_says_why_until_it_is_ready_again() -> None:
+    obj = raycluster(**accepted(("HeadPodReady", "False")))
+    head = pod("head", ready=False)
+    head["status"]["containerStatuses"][0].update(
+        restartCount=1,
+        lastState={"terminated": {"exitCode": 1, "reason": "Error", "message": "gcs died"}},
+    )
+    status = derive_status(obj, [head])
+    assert status.phase == Phase.STARTING
+    assert (
+        status.reason
+        == "head pod c-head-x restarted: ray exited with 1 (Error): gcs died (restart 1)"
+    )
+
+
 def test_head_ready_needs_the_condition_and_a_ready_head_pod() -> None:
     obj = raycluster(**accepted(("HeadPodReady", "True")))
     assert derive_status(obj, [pod("head", ready=False)]).phase == Phase.STARTING

@@ -16,7 +16,7 @@ from raylab.manifest import (
     raycluster_manifest,
     versions_from_image,
 )
-from raylab.profiles import DEFAULT_PROFILES, Profiles
+from raylab.profiles import DEFAULT_PROFILES, GpuProfile, Profiles
 from raylab.spec import ClusterSpec
 
 from .kuberay_support import RAY, new_namespace
@@ -70,6 +70,27 @@ def test_a100_workers_get_gpus_node_selection_and_tolerations() -> None:
     ports = {p["name"]: p["containerPort"] for p in head["containers"][0]["ports"]}
     assert ports == {"gcs-server": 6379, "dashboard": 8265, "client": 10001}
     assert "enableInTreeAutoscaling" not in m["spec"]
+
+
+def test_a_profile_can_place_the_heads_too() -> None:
+    pool = {"pool": "ray-heads"}
+    toleration = {"key": "pool", "operator": "Exists", "effect": "NoSchedule"}
+    profile = GpuProfile.from_mapping("a100", {
+        "description": "A100", "node_selector": {"gpu": "a100"},
+        "head_node_selector": pool, "head_tolerations": [toleration],
+    })  # fmt: skip
+    m = raycluster_manifest(spec(gpus=2, workers=1), profile, owner="alice", namespace="ml",
+                            image=IMAGE, ray_version="2.60.0")  # fmt: skip
+    head, worker = pods(m)
+    assert (head["nodeSelector"], head["tolerations"]) == (pool, [toleration])
+    assert worker["nodeSelector"] == {"gpu": "a100"}
+    # Without them (the default) the head goes to any node without taints.
+    default_head, _ = pods(manifest(spec(gpus=2, workers=1)))
+    assert "nodeSelector" not in default_head
+    assert "tolerations" not in default_head
+    # Crashes leave their last log lines in the pod status, for raylab's status line.
+    for p in (head, worker):
+        assert p["containers"][0]["terminationMessagePolicy"] == "FallbackToLogsOnError"
 
 
 def test_security_defaults_on_every_pod() -> None:

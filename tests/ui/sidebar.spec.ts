@@ -285,11 +285,27 @@ test('a cluster made by %raycluster up in a notebook appears live', async ({
   await running;
   await expect(c).toContainText('0/0 ready');
 
-  // Admins (this server makes the test user one) switch to everyone's clusters.
+  // Admins (this server makes the test user one) switch to everyone's clusters:
+  // the overview, one sortable row per cluster with its owner and GPU-hours.
   await panel.getByRole('radio', { name: 'All users' }).check();
-  await expect(c).toContainText('Owner');
+  const overview = panel.getByRole('table', { name: "Every user's clusters" });
+  await expect(overview).toBeVisible();
+  const row = overview.locator('tr[data-cluster="nb-made"]');
+  await expect(row).toContainText('Ready');
+  await expect(row).toContainText('GPU-h');
+  await expect(
+    overview.getByRole('columnheader', { name: 'Owner' })
+  ).toBeVisible();
+  await overview.getByRole('button', { name: 'Cluster' }).click();
+  await expect(
+    overview.getByRole('columnheader', { name: 'Cluster' })
+  ).toHaveAttribute('aria-sort', 'descending');
+  await expect(panel.locator('.jp-raylab-usage')).toContainText(
+    'All users this week:'
+  );
   await panel.getByRole('radio', { name: 'Mine' }).check();
-  await expect(c).not.toContainText('Owner');
+  await expect(c).toBeVisible();
+  await expect(panel.locator('.jp-raylab-usage')).toContainText('This week:');
 
   // Suspend stops its processes and keeps the definition; the card offers Resume.
   await c.getByRole('button', { name: 'Suspend nb-made' }).click();

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Build (once per version) the binaries of the local Kubernetes test control plane:
-#   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, ray-operator
+#   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, ray-operator,
+#   procnode (our virtual-kubelet provider: process nodes that run pods as processes)
 # plus KubeRay's CRD YAMLs, next to ray-operator.
 #
 # Versions come from the wrapper modules' go.mod files in ./go/<component>/ (the single
-# source of truth; controlplane.py reads the same files). Everything is cached under
+# source of truth; controlplane.py reads the same files). procnode is our own code: its
+# version is virtual-kubelet's plus a hash of its sources, so any edit rebuilds it. Everything is cached under
 #   ${RAYLAB_CACHE:-$HOME/.cache/raylab}/k8s-bin/<component>-<version>/
 # with the Go module and build caches under the same root, so a warm run only checks
 # that the files exist, and a version bump rebuilds incrementally.
@@ -37,6 +39,15 @@ ETCD_VERSION="$(module_version "$ETCD_MOD" "$HERE/go/etcd")"
 K8S_VERSION="$(module_version "$K8S_MOD" "$HERE/go/kubernetes")"
 KWOK_VERSION="$(module_version "$KWOK_MOD" "$HERE/go/kwok")"
 KUBERAY_VERSION="$(module_version "$KUBERAY_MOD" "$HERE/go/kuberay")"
+VK_MOD=github.com/virtual-kubelet/virtual-kubelet
+# Same recipe as controlplane.py's procnode_version(): the sorted file names' contents.
+procnode_version() {
+  local files
+  files="$(cd "$HERE/go/procnode" && ls -- *.go go.mod go.sum | LC_ALL=C sort)"
+  printf '%s-%s' "$(module_version "$VK_MOD" "$HERE/go/procnode")" \
+    "$(cd "$HERE/go/procnode" && cat $files | sha256sum | cut -c1-12)"
+}
+PROCNODE_VERSION="$(procnode_version)"
 CRDS=(ray.io_rayclusters.yaml ray.io_rayjobs.yaml ray.io_rayservices.yaml)
 
 # component  version  wrapper-module-dir  package
@@ -47,6 +58,7 @@ COMPONENTS=(
   "kube-scheduler $K8S_VERSION kubernetes $K8S_MOD/cmd/kube-scheduler"
   "kwok $KWOK_VERSION kwok $KWOK_MOD/cmd/kwok"
   "ray-operator $KUBERAY_VERSION kuberay $KUBERAY_MOD"
+  "procnode $PROCNODE_VERSION procnode raylab.test/harness/procnode"
 )
 
 is_cached() { # component version
@@ -119,5 +131,10 @@ for entry in "${missing[@]}"; do
   mv "$tmp" "$dest"
   trap - EXIT
   echo "k8s-bin: built $name $version in $((SECONDS - start))s -> $dest"
+  if [[ $name == procnode ]]; then
+    # Each edit of procnode's sources is a new version: drop builds unused for a day
+    # (not at once: another checkout's tests may be running one).
+    find "$BIN_ROOT" -maxdepth 1 -name 'procnode-*' ! -name "procnode-$version" -mmin +1440 -exec rm -rf {} +
+  fi
 done
 echo "k8s-bin: done in $((SECONDS - total_start))s"

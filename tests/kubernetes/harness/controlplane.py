@@ -9,7 +9,11 @@ Processes (each in its own process group, logs in ``log_dir/<name>.log``):
 - the real KubeRay operator, watching all namespaces. Its CRDs (rayclusters, rayjobs,
   rayservices) are installed before the controller-manager starts, so the garbage
   collector knows ``RayCluster`` from its first discovery and deleting one removes
-  its pods.
+  its pods;
+- procnode, the kubelet of the *process nodes* (processnodes.py), whose pods really
+  run: Ray heads and workers as processes, each pod with its own IP and namespaces.
+  Started where it can run (root, the tests' own network namespace); otherwise
+  ``process_nodes_unavailable`` says why and only the KWOK nodes exist.
 
 Binaries come from ``build.sh``, cached under
 ``${RAYLAB_CACHE:-~/.cache/raylab}/k8s-bin/<component>-<version>/``.
@@ -41,6 +45,11 @@ kwok-h100-0  4               nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3,
                              nvidia.com/gpu.present=true,
                              raylab.io/gpu-type=h100
 kwok-cpu-0   -               (none)
+proc-cpu-0   -               raylab.io/process-node=true,
+                             raylab.io/image-not-pulled=true
+proc-gpu-0   8 (logical)     raylab.io/process-node=true,
+                             raylab.io/image-not-pulled=true,
+                             raylab.io/gpu-type=proc (see processnodes.py)
 ===========  ==============  ==================================================
 
 Every GPU node has the taint ``nvidia.com/gpu=present:NoSchedule``, as real GPU node
@@ -48,7 +57,9 @@ pools do: a GPU pod needs that toleration plus a ``nodeSelector`` such as
 ``raylab.io/gpu-type: a100``, and pods without the toleration (a Ray head, say) land
 on ``kwok-cpu-0``. All nodes also carry the label ``type=kwok`` and the annotation
 ``kwok.x-k8s.io/node=fake``. GPU nodes have 64 cpu and 512Gi memory, the CPU node 32
-cpu and 128Gi; 110 pods each.
+cpu and 128Gi; 110 pods each. The process node also has the taint
+``raylab.io/process-node=true:NoSchedule``: only pods meant for it (the ``proc`` GPU
+profile of the end-to-end tests) land there; nothing else runs Ray by accident.
 
 By hand::
 
@@ -85,6 +96,7 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any, Self, TypeVar, cast
 
+import processnodes
 import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
@@ -223,6 +235,7 @@ class Binaries:
     kube_scheduler: Path
     kwok: Path
     ray_operator: Path
+    procnode: Path
 
     @classmethod
     def locate(cls, root: Path | None = None) -> Binaries:
@@ -242,6 +255,7 @@ class Binaries:
                 "ray-operator",
                 _module_version("kuberay", "github.com/ray-project/kuberay/ray-operator"),
             ),
+            procnode=at("procnode", processnodes.procnode_version()),
         )
 
     @property
@@ -256,6 +270,7 @@ class Binaries:
             self.kube_scheduler,
             self.kwok,
             self.ray_operator,
+            self.procnode,
             *self.crds,
         ]
         return [p for p in paths if not p.is_file()]
@@ -405,6 +420,8 @@ class ControlPlane:
         self._tokens: dict[str, str] = {}
         self._ports: dict[str, int] = {}
         self._started = False
+        self._cgroup: Path | None = None
+        self.process_nodes_unavailable: str | None = "not started"
 
     # ---- public paths
 
@@ -489,6 +506,9 @@ class ControlPlane:
         leftovers: list[str] = []
         for tier in tiers:
             leftovers += self._signal_and_reap(tier, timeout)
+        if self._cgroup is not None:
+            processnodes.remove_cgroup_tree(self._cgroup)
+            self._cgroup = None
         if leftovers:
             raise ControlPlaneError(f"processes left behind: {leftovers}")
         if self._started and not keep_work_dir and self._given_work_dir is None:
@@ -568,6 +588,13 @@ class ControlPlane:
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
                 "--authorization-mode=Node,RBAC",
                 f"--token-auth-file={self.work_dir / 'tokens.csv'}",
+                # Logs, exec and port-forward of process-node pods go through the API
+                # server to procnode's kubelet API, verified both ways.
+                f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+                f"--kubelet-client-key={pki / 'kubelet-client.key'}",
+                f"--kubelet-certificate-authority={self.ca_file}",
+                # Node names do not resolve here; the nodes' InternalIP is 127.0.0.1.
+                "--kubelet-preferred-address-types=InternalIP",
                 f"--audit-policy-file={self.work_dir / 'audit-policy.yaml'}",
                 f"--audit-log-path={self.audit_log}",
                 "--profiling=false",
@@ -716,6 +743,7 @@ class ControlPlane:
             "controller-manager",
             "scheduler",
             "operator",
+            *(f"procnode-{n.name}" for n in processnodes.PROCESS_NODES),
         )
         self._ports = dict(zip(names, _free_ports(len(names)), strict=True))
         self.server_url = f"https://127.0.0.1:{self._ports['apiserver']}"
@@ -799,6 +827,33 @@ class ControlPlane:
         _openssl(
             "x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial"
             " -out apiserver.crt -days 3650 -extfile apiserver.ext",
+            pki,
+        )
+        # The process nodes' kubelet API and the API server's client certificate for it:
+        # mutual TLS is how either side knows the other (as with real kubelets).
+        _openssl(f"req {ec} -keyout procnode.key -out procnode.csr -subj /CN=procnode", pki)
+        (pki / "procnode.ext").write_text(
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
+            "keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
+            "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid,issuer\n"
+        )
+        _openssl(
+            "x509 -req -in procnode.csr -CA ca.crt -CAkey ca.key -CAcreateserial"
+            " -out procnode.crt -days 3650 -extfile procnode.ext",
+            pki,
+        )
+        _openssl(
+            f"req {ec} -keyout kubelet-client.key -out kubelet-client.csr"
+            " -subj /O=system:masters/CN=kube-apiserver-kubelet-client",
+            pki,
+        )
+        (pki / "kubelet-client.ext").write_text(
+            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+            "extendedKeyUsage=clientAuth\n"
+        )
+        _openssl(
+            "x509 -req -in kubelet-client.csr -CA ca.crt -CAkey ca.key -CAcreateserial"
+            " -out kubelet-client.crt -days 3650 -extfile kubelet-client.ext",
             pki,
         )
         # Service-account token signing keys (apiserver and controller-manager).
@@ -936,6 +991,37 @@ class ControlPlane:
             env={"HOME": str(kwok_home)},
         )
         self._spawn_operator()
+        self.process_nodes_unavailable = processnodes.unavailable_reason()
+        if self.process_nodes_unavailable is None:
+            self._spawn_procnode()
+        else:
+            log.warning("no process nodes: %s", self.process_nodes_unavailable)
+
+    def _spawn_procnode(self) -> None:
+        assert self._binaries is not None
+        run_dir = self.work_dir / "procnode"
+        run_dir.mkdir(exist_ok=True)
+        # Per control plane, so two test sessions on one machine never share one.
+        self._cgroup = processnodes.memory_cgroup_parent(f"raylab-procnode-{os.getpid()}")
+        config = run_dir / "config.json"
+        processnodes.write_config(
+            config,
+            kubeconfig=self.kubeconfig("admin"),
+            state_dir=run_dir / "state",
+            binary=self._binaries.procnode,
+            apiserver=f"127.0.0.1:{self._ports['apiserver']}",
+            pki=self.work_dir / "pki",
+            ports=[self._ports[f"procnode-{n.name}"] for n in processnodes.PROCESS_NODES],
+            cgroup_parent=self._cgroup,
+        )
+        self._spawn("procnode", [str(self._binaries.procnode), "run", str(config)])
+
+    @property
+    def process_nodes(self) -> list[str]:
+        """Names of the nodes whose pods really run (empty where they cannot)."""
+        if self.process_nodes_unavailable is not None:
+            return []
+        return [n.name for n in processnodes.PROCESS_NODES]
 
     def _spawn_operator(self) -> None:
         assert self._binaries is not None
@@ -989,11 +1075,13 @@ class ControlPlane:
 
             leases = k8s_client.CoordinationV1Api(api)
 
+            expected = len(FAKE_NODES) + len(self.process_nodes)
+
             def nodes_ready() -> bool:
                 nodes = call_json(core.list_node)["items"]
                 held = call_json(leases.list_namespaced_lease, "kube-node-lease")["items"]
-                # A Lease per node: KWOK heartbeats as a kubelet would.
-                if len(nodes) < len(FAKE_NODES) or len(held) < len(FAKE_NODES):
+                # A Lease per node: KWOK and procnode heartbeat as a kubelet would.
+                if len(nodes) < expected or len(held) < expected:
                     return False
                 for node in nodes:
                     conditions = node["status"].get("conditions") or []
@@ -1007,7 +1095,7 @@ class ControlPlane:
                 return True
 
             wait_until(
-                "fake nodes Ready and untainted",
+                "nodes Ready and untainted",
                 nodes_ready,
                 90,
                 0.5,
@@ -1088,6 +1176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             print(f"apiserver:  {plane.server_url}")
             print(f"logs:       {plane.log_dir}")
+            nodes = plane.process_nodes or f"none ({plane.process_nodes_unavailable})"
+            print(f"process nodes (pods run as processes): {nodes}")
             for user in USERS:
                 print(f"kubeconfig: {plane.kubeconfig(user)}  ({user})")
             print(

@@ -1,0 +1,220 @@
+"""GPU-hours: GPUs requested × time running, per cluster and per user, as OpenCost counts.
+
+A cluster is billed while it holds its GPU requests: Starting, Ready or Degraded (not
+Pending, whose pods wait for nodes; not Suspended, Failed or Deleting). A culler meters
+what it sees at each sweep into intervals `[start, end]` per cluster uid and writes them
+to a ledger per user every `usage_flush_seconds` (ledger_store.py). Intervals of one
+cluster with the same GPU count are merged by union, so any number of cullers metering
+the same cluster, or one culler writing the same interval again, count it once.
+
+A culler that restarts (or a Jupyter server) continues a cluster's last interval when it
+ended less than `max_gap_s` ago and the cluster still runs with the same GPUs; longer
+stretches nobody watched are not counted (the README says so).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Protocol
+
+from ..model import ClusterInfo, Phase
+
+BILLED = frozenset({Phase.STARTING, Phase.READY, Phase.DEGRADED})
+
+
+@dataclass(frozen=True)
+class Interval:
+    uid: str
+    cluster: str
+    owner: str
+    gpu_type: str
+    gpus: int
+    start: float
+    end: float
+
+    @property
+    def gpu_seconds(self) -> float:
+        return self.gpus * max(0.0, self.end - self.start)
+
+    def between(self, since: float, until: float) -> float:
+        """GPU-seconds of this interval that fall within [since, until]."""
+        return self.gpus * max(0.0, min(self.end, until) - max(self.start, since))
+
+    def to_json(self) -> dict[str, Any]:
+        body = asdict(self)
+        body["start"], body["end"] = round(self.start, 3), round(self.end, 3)
+        return body
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Interval:
+        return cls(
+            uid=str(data["uid"]),
+            cluster=str(data["cluster"]),
+            owner=str(data["owner"]),
+            gpu_type=str(data["gpu_type"]),
+            gpus=int(data["gpus"]),
+            start=float(data["start"]),
+            end=float(data["end"]),
+        )
+
+
+class LedgerStore(Protocol):
+    """Where a backend keeps the ledger (a JSON-lines file per user, a ConfigMap per user)."""
+
+    def load(self, owner: str | None = None) -> list[Interval]:
+        """The intervals of `owner` (None: every user's)."""
+        ...
+
+    def save(self, owner: str, intervals: list[Interval], keep_after: float) -> None:
+        """Merge `intervals` into `owner`'s ledger (conditionally: concurrent writers
+        lose nothing), dropping what ended before `keep_after`."""
+        ...
+
+
+def merge(intervals: Iterable[Interval]) -> list[Interval]:
+    """Union per cluster: overlapping or touching intervals with the same GPU count become
+    one; where counts differ (a scale seen at slightly different times by two cullers),
+    the later interval owns the overlap."""
+    by_uid: dict[str, list[Interval]] = defaultdict(list)
+    for interval in intervals:
+        by_uid[interval.uid].append(interval)
+    out: list[Interval] = []
+    for items in by_uid.values():
+        items.sort(key=lambda i: (i.start, i.end))
+        merged: list[Interval] = []
+        for item in items:
+            last = merged[-1] if merged else None
+            if last is None or item.start > last.end:
+                merged.append(item)
+            elif item.gpus == last.gpus:
+                merged[-1] = replace(last, end=max(last.end, item.end))
+            elif item.end <= last.end and item.start == last.start:
+                continue  # the same stretch, wholly covered
+            else:
+                merged[-1] = replace(last, end=item.start)
+                merged.append(item)
+        out.extend(i for i in merged if i.end > i.start)
+    return sorted(out, key=lambda i: (i.owner, i.start, i.uid))
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    owner: str
+    gpu_type: str
+    clusters: int
+    gpu_hours: float
+
+
+def usage_rows(intervals: Iterable[Interval], since: float, until: float) -> list[UsageRow]:
+    """One row per user and GPU type: GPU-hours within [since, until]."""
+    seconds: dict[tuple[str, str], float] = defaultdict(float)
+    clusters: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for interval in merge(intervals):
+        used = interval.between(since, until)
+        if used > 0:
+            key = (interval.owner, interval.gpu_type)
+            seconds[key] += used
+            clusters[key].add(interval.uid)
+    return [
+        UsageRow(owner, gpu_type, len(clusters[(owner, gpu_type)]), total / 3600)
+        for (owner, gpu_type), total in sorted(seconds.items())
+    ]
+
+
+def cluster_hours(intervals: Iterable[Interval], since: float, until: float) -> dict[str, float]:
+    """GPU-hours by cluster uid within [since, until]."""
+    hours: dict[str, float] = defaultdict(float)
+    for interval in merge(intervals):
+        hours[interval.uid] += interval.between(since, until) / 3600
+    return dict(hours)
+
+
+class Meter:
+    """Meters the clusters one culler sees, and writes them to the ledger now and then."""
+
+    def __init__(
+        self,
+        store: LedgerStore,
+        *,
+        flush_s: float,
+        retention_s: float,
+        max_gap_s: float,
+    ) -> None:
+        self.store = store
+        self.flush_s = flush_s
+        self.retention_s = retention_s
+        self.max_gap_s = max_gap_s
+        self._open: dict[str, Interval] = {}  # uid -> the stretch being metered
+        self._closed: list[Interval] = []  # ended since the last flush
+        self._last: dict[str, Interval] = {}  # uid -> last interval in the ledger
+        self._loaded: set[str] = set()  # owners whose ledger was read
+        self._flushed_at: float | None = None
+        self._lock = threading.Lock()
+        self.writes = 0  # ledger writes, for the benchmark
+
+    def observe(self, clusters: Iterable[ClusterInfo], now: float) -> dict[tuple[str, str], float]:
+        """Fold in one sweep's view; returns GPU-seconds metered since the last, by
+        (owner, GPU type), for the metrics."""
+        added: dict[tuple[str, str], float] = defaultdict(float)
+        with self._lock:
+            seen: set[str] = set()
+            for info in clusters:
+                if info.phase not in BILLED or not info.spec.gpus or not info.uid:
+                    continue
+                seen.add(info.uid)
+                gpus = info.spec.gpus
+                current = self._open.get(info.uid)
+                if current is not None and current.gpus == gpus:
+                    added[(info.owner, info.spec.gpu_type)] += gpus * max(0.0, now - current.end)
+                    self._open[info.uid] = replace(current, end=max(current.end, now))
+                    continue
+                if current is not None:
+                    self._closed.append(replace(current, end=max(current.end, now)))
+                start = now
+                last = self._previous(info)
+                resumed = current is None and last is not None and last.gpus == gpus
+                if resumed and last is not None and 0 <= now - last.end <= self.max_gap_s:
+                    start = last.end  # a restart in between: it ran all along
+                    added[(info.owner, info.spec.gpu_type)] += gpus * (now - start)
+                self._open[info.uid] = Interval(
+                    info.uid, info.name, info.owner, info.spec.gpu_type, gpus, start, now
+                )
+            for uid in [u for u in self._open if u not in seen]:
+                # Suspended, deleted, failed or scaled to none: billed until last seen.
+                self._closed.append(self._open.pop(uid))
+        if self._flushed_at is None:
+            self._flushed_at = now
+        elif now - self._flushed_at >= self.flush_s:
+            self.flush(now)
+        return dict(added)
+
+    def flush(self, now: float) -> None:
+        """Write what was metered to each user's ledger."""
+        with self._lock:
+            pending = [*self._closed, *self._open.values()]
+            self._closed = []
+            self._flushed_at = now
+        by_owner: dict[str, list[Interval]] = defaultdict(list)
+        for interval in pending:
+            by_owner[interval.owner].append(interval)
+        for owner, intervals in by_owner.items():
+            self.store.save(owner, merge(intervals), keep_after=now - self.retention_s)
+            self.writes += 1
+            with self._lock:
+                for interval in intervals:
+                    last = self._last.get(interval.uid)
+                    if last is None or interval.end >= last.end:
+                        self._last[interval.uid] = interval
+
+    def _previous(self, info: ClusterInfo) -> Interval | None:
+        """This cluster's last interval in the ledger (its owner's is read once)."""
+        if info.owner not in self._loaded:
+            self._loaded.add(info.owner)
+            for interval in self.store.load(info.owner):
+                last = self._last.get(interval.uid)
+                if last is None or interval.end > last.end:
+                    self._last[interval.uid] = interval
+        return self._last.get(info.uid)

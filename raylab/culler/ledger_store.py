@@ -1,0 +1,178 @@
+"""Where the GPU-hours ledger lives: beside the clusters, so it outlives every process.
+
+- local backend: `<state folder>/usage/<user>.jsonl`, one interval per line, rewritten
+  whole under the state folder's lock (a few hundred lines for 90 days of use);
+- KubeRay: a ConfigMap `raylab-usage-<user>` in the clusters' namespace, key
+  `intervals.jsonl`, replaced with its resourceVersion (a concurrent writer makes the
+  API server answer 409: read, merge, try again). A ConfigMap per user rather than per
+  namespace keeps each far below the 1 MiB object limit, and with one namespace per
+  user it sits beside that user's clusters, under the same RBAC. Annotations on the
+  RayCluster would vanish with it; the ledger must outlive deletions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ..backends.base import Backend
+from ..errors import RaylabError
+from ..manifest import MANAGED_BY, MANAGED_BY_LABEL, OWNER_ANNOTATION, OWNER_LABEL, owner_label
+from .ledger import Interval, LedgerStore, merge
+
+REQUEST_TIMEOUT = (5.0, 30.0)
+DATA_KEY = "intervals.jsonl"
+USAGE_LABEL = "raylab.io/usage"
+
+
+def _lines(intervals: list[Interval]) -> str:
+    return "".join(json.dumps(i.to_json(), sort_keys=True) + "\n" for i in intervals)
+
+
+def _parse(text: str) -> list[Interval]:
+    out = []
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            out.append(Interval.from_json(json.loads(line)))
+    return out
+
+
+class LocalLedger:
+    def __init__(self, state_dir: Path) -> None:
+        self.folder = Path(state_dir) / "usage"
+
+    @contextlib.contextmanager
+    def _lock(self) -> Iterator[None]:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with open(self.folder / ".lock", "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def _path(self, owner: str) -> Path:
+        return self.folder / f"{owner_label(owner)}.jsonl"
+
+    def load(self, owner: str | None = None) -> list[Interval]:
+        if owner is not None:
+            paths = [self._path(owner)]
+        else:
+            paths = sorted(self.folder.glob("*.jsonl")) if self.folder.is_dir() else []
+        out: list[Interval] = []
+        for path in paths:
+            with contextlib.suppress(OSError):
+                out.extend(i for i in _parse(path.read_text()) if owner in (None, i.owner))
+        return out
+
+    def save(self, owner: str, intervals: list[Interval], keep_after: float) -> None:
+        with self._lock():
+            path = self._path(owner)
+            stored = _parse(path.read_text()) if path.is_file() else []
+            kept = [i for i in merge([*stored, *intervals]) if i.end >= keep_after]
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(_lines(kept))
+            tmp.replace(path)
+
+
+class KubeRayLedger:
+    def __init__(self, backend: Any, tries: int = 5) -> None:
+        from kubernetes import client
+
+        self.backend = backend
+        self.core = client.CoreV1Api(backend.api)
+        self.namespace: str = backend.namespace
+        self.tries = tries
+
+    def _name(self, owner: str) -> str:
+        return f"raylab-usage-{owner_label(owner)}"
+
+    def load(self, owner: str | None = None) -> list[Interval]:
+        from kubernetes.client.exceptions import ApiException
+
+        from ..backends.kuberay_errors import api_errors
+
+        if owner is not None:
+            try:
+                body = self._read(owner)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return []
+                raise
+            return _parse(((body or {}).get("data") or {}).get(DATA_KEY, ""))
+        selector = f"{MANAGED_BY_LABEL}={MANAGED_BY},{USAGE_LABEL}=true"
+        with api_errors(self.backend._call("list", "configmaps")):
+            items = self.backend._json(
+                self.core.list_namespaced_config_map, self.namespace, label_selector=selector
+            )["items"]
+        out: list[Interval] = []
+        for item in items:
+            out.extend(_parse((item.get("data") or {}).get(DATA_KEY, "")))
+        return out
+
+    def _read(self, owner: str) -> dict[str, Any]:
+        body: dict[str, Any] = self.backend._json(
+            self.core.read_namespaced_config_map, self._name(owner), self.namespace
+        )
+        return body
+
+    def save(self, owner: str, intervals: list[Interval], keep_after: float) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        from ..backends.kuberay_errors import translate
+
+        name = self._name(owner)
+        call = self.backend._call("update", "configmaps", name)
+        for _ in range(self.tries):
+            try:
+                try:
+                    current: dict[str, Any] | None = self._read(owner)
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+                    current = None
+                stored = _parse(((current or {}).get("data") or {}).get(DATA_KEY, ""))
+                kept = [i for i in merge([*stored, *intervals]) if i.end >= keep_after]
+                body: dict[str, Any] = {
+                    "metadata": {
+                        "name": name,
+                        "labels": {
+                            MANAGED_BY_LABEL: MANAGED_BY,
+                            OWNER_LABEL: owner_label(owner),
+                            USAGE_LABEL: "true",
+                        },
+                        "annotations": {OWNER_ANNOTATION: owner},
+                    },
+                    "data": {DATA_KEY: _lines(kept)},
+                }
+                create: Callable[..., Any] = self.core.create_namespaced_config_map
+                replace: Callable[..., Any] = self.core.replace_namespaced_config_map
+                if current is None:
+                    create(self.namespace, body, _request_timeout=REQUEST_TIMEOUT)
+                else:
+                    # The precondition: 409 if anyone wrote it after our read.
+                    body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+                    replace(name, self.namespace, body, _request_timeout=REQUEST_TIMEOUT)
+                return
+            except ApiException as exc:
+                if exc.status == 409:
+                    continue  # written meanwhile by another culler: merge with theirs
+                raise translate(exc, call) or exc from None
+        raise RaylabError(
+            f"could not record GPU-hours in ConfigMap {name}: {self.tries} concurrent writes",
+            detail="it is tried again at the next flush",
+        )
+
+
+def store_for(backend: Backend) -> LedgerStore:
+    """The ledger beside `backend`'s clusters."""
+    if backend.name == "kuberay":
+        return KubeRayLedger(backend)
+    state_dir = getattr(backend, "state_dir", None)
+    if state_dir is None:
+        raise RaylabError(f"no GPU-hours ledger for the {backend.name} backend")
+    return LocalLedger(Path(state_dir))

@@ -1,0 +1,27 @@
+"""`raylab culler`'s options (kept apart so that the parser need not import the culler)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_culler_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--interval", type=float, default=None, metavar="SECONDS",
+        help="seconds between sweeps (default: c.Raylab.cull_interval_seconds, 60)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--metrics-port", dest="metrics_port", type=int, default=None, metavar="PORT",
+        help="serve Prometheus /metrics on this port (default: none)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--metrics-address", dest="metrics_address", default="0.0.0.0", metavar="ADDRESS",
+        help="address for /metrics (default 0.0.0.0)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--namespace", dest="namespaces", action="append", default=None, metavar="NAMESPACE",
+        help="KubeRay: a namespace to cull (repeat for several; default: the configured one)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--once", action="store_true", help="one sweep, then exit (a CronJob, a test)"
+    )

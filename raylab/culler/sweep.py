@@ -1,0 +1,140 @@
+"""One culler sweep over the clusters a watch sees: read activity, apply the rules, store.
+
+The same `Culler` runs in the Jupyter server extension (its user's clusters), in
+`raylab culler` as a JupyterHub service, and in a Deployment. It makes no request to
+list clusters (the caller's watch holds them), one or two dashboard requests per running
+cluster with a limit (activity.py), and writes only when a cluster's idle state changes:
+idle since, warned, suspended, active again, unreadable.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from .. import metrics
+from ..activity import Activity, ActivityReader
+from ..backends.base import Backend
+from ..config import Settings
+from ..errors import RaylabError
+from ..model import ClusterInfo, IdleState, Phase
+from .ledger import Meter
+from .ledger_store import store_for
+from .rules import Action, Policy, decide, policy_for
+
+log = logging.getLogger("raylab.culler")
+RUNNING = frozenset({Phase.READY, Phase.DEGRADED})
+
+
+@dataclass
+class SweepReport:
+    clusters: int = 0  # clusters looked at
+    read: int = 0  # whose activity was read
+    active: int = 0
+    idle: int = 0
+    unknown: int = 0
+    writes: int = 0  # idle-state writes that succeeded (suspensions included)
+    conflicts: int = 0  # writes refused: changed meanwhile
+    warned: list[str] = field(default_factory=list)
+    suspended: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class Culler:
+    def __init__(
+        self,
+        backend: Backend,
+        settings: Settings,
+        *,
+        owner: str | None = None,
+        clock: Callable[[], float] = time.time,
+        reader: ActivityReader | None = None,
+        meter: Meter | None = None,
+        parallel: int = 16,
+    ) -> None:
+        o = settings.options
+        self.backend = backend
+        self.settings = settings
+        self.owner = owner  # only this user's clusters (the server extension); None: all
+        self.clock = clock
+        self.reader = reader or ActivityReader(backend, address_template=o.culler_dashboard_url)
+        self.meter = meter or Meter(
+            store_for(backend),
+            flush_s=o.usage_flush_seconds,
+            retention_s=o.usage_retention_days * 86400,
+            # A restart shorter than this (plus a sweep) is counted as running.
+            max_gap_s=o.usage_flush_seconds + 2 * o.cull_interval_seconds,
+        )
+        self.parallel = max(1, parallel)
+
+    def sweep(self, clusters: Iterable[ClusterInfo]) -> SweepReport:
+        started = time.monotonic()
+        now = self.clock()
+        mine = [c for c in clusters if self.owner is None or c.owner == self.owner]
+        report = SweepReport(clusters=len(mine))
+        try:
+            for (owner, gpu_type), seconds in self.meter.observe(mine, now).items():
+                metrics.GPU_SECONDS.labels(owner, gpu_type).inc(seconds)
+        except RaylabError as exc:  # the ledger is away: idle checks go on
+            metrics.API_ERRORS.labels("culler", str(exc.status)).inc()
+            log.warning("raylab culler: cannot record GPU-hours: %s", exc.message)
+        todo = [(c, self._policy(c)) for c in mine if c.phase in RUNNING and c.head_ready]
+        todo = [(c, p) for c, p in todo if p.limit_s > 0 or c.idle != IdleState()]
+        with ThreadPoolExecutor(min(self.parallel, max(1, len(todo)))) as pool:
+            activities = list(pool.map(lambda cp: self._read(cp[0], cp[1].limit_s), todo))
+        report.read = sum(1 for c, p in todo if p.limit_s > 0)
+        for (info, policy), activity in zip(todo, activities, strict=True):
+            if policy.limit_s > 0:
+                setattr(report, activity.state, getattr(report, activity.state) + 1)
+            decision = decide(info.idle, activity, now, policy)
+            if decision.action == Action.NONE:
+                continue
+            suspend = decision.action == Action.SUSPEND
+            try:
+                ok = self.backend.update_idle(
+                    info.name, decision.idle, expected=info.idle, suspend=suspend
+                )
+            except RaylabError as exc:
+                metrics.API_ERRORS.labels("culler", str(exc.status)).inc()
+                log.warning("raylab culler: cannot update %s: %s", info.name, exc.message)
+                continue
+            if not ok:
+                report.conflicts += 1
+                metrics.UPDATE_CONFLICTS.inc()
+                continue
+            report.writes += 1
+            if decision.action == Action.WARN:
+                report.warned.append(info.name)
+                metrics.IDLE_WARNINGS.labels(info.spec.gpu_type).inc()
+                at = time.strftime("%H:%M", time.localtime(decision.idle.suspend_at))
+                log.info("raylab culler: %s is idle; suspends at %s", info.name, at)
+            elif suspend:
+                report.suspended.append(info.name)
+                metrics.IDLE_SUSPENSIONS.labels(info.spec.gpu_type).inc()
+                idle_min = (now - (decision.idle.since or now)) / 60
+                log.info("raylab culler: suspended %s (owner %s) after %.0f min idle",
+                         info.name, info.owner, idle_min)  # fmt: skip
+        report.seconds = time.monotonic() - started
+        metrics.SWEEP_SECONDS.observe(report.seconds)
+        return report
+
+    def close(self) -> None:
+        """Write what was metered (a stopping server or culler loses nothing)."""
+        try:
+            self.meter.flush(self.clock())
+        except RaylabError as exc:
+            log.warning("raylab culler: cannot record GPU-hours: %s", exc.message)
+
+    def _policy(self, info: ClusterInfo) -> Policy:
+        o = self.settings.options
+        return policy_for(
+            info, self.settings.profiles, o.idle_warning_minutes, o.activity_unknown_grace_minutes
+        )
+
+    def _read(self, info: ClusterInfo, limit_s: float) -> Activity:
+        if limit_s <= 0:
+            return Activity("active", "idle suspension is off for this cluster")
+        return self.reader.read(info)
