@@ -44,6 +44,7 @@ class TokenError(RaylabError):
     """A cluster's token cannot be read; the message names the file and what to do."""
 
     status = 409
+    code = "token"
 
 
 def new_token() -> str:

@@ -31,6 +31,7 @@ _PIP_LINE = re.compile(r"^\s*[%!]\s*pip3?\s+install\s+(.+)$", re.MULTILINE)
 
 class PipFailed(RaylabError):
     status = 422
+    code = "pip_failed"
 
 
 @dataclass(frozen=True)

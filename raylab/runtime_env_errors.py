@@ -19,6 +19,7 @@ _LAST_ERROR = re.compile(r"^\s*(?:[\w.]+(?:Error|Exception)): (.+)$", re.MULTILI
 
 class RuntimeEnvFailed(RaylabError):
     status = 422
+    code = "runtime_env_failed"
 
 
 def runtime_env_failure(text: str) -> str | None:

@@ -236,6 +236,7 @@ class ClusterService:
                 f"{spec.workers} workers requested, the limit is {o.max_workers_per_cluster} "
                 "per cluster",
                 detail="ask your admin to raise max_workers_per_cluster",
+                field="workers",
             )
         mine = [c for c in self.backend.list(owner=self.user) if c.name != spec.name]
         if replacing is None and len(mine) + 1 > o.max_clusters_per_user:
@@ -248,4 +249,5 @@ class ClusterService:
             raise QuotaExceeded(
                 f"{spec.gpus} GPUs requested, quota is {o.max_gpus_per_user} and {used} are in use",
                 detail="delete or scale down a cluster, or ask your admin",
+                field="gpus",
             )

@@ -52,6 +52,7 @@ class WorkdirError(RaylabError):
     """The working directory cannot be shipped: missing, not a folder, too big."""
 
     status = 422
+    code = "working_dir"
 
 
 @dataclass(frozen=True)

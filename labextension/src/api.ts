@@ -12,29 +12,27 @@ export const API_NAMESPACE = 'raylab';
 export interface IErrorBody {
   error: string;
   detail?: unknown;
+  field?: unknown;
+  code?: unknown;
 }
 
 /**
  * An error from the raylab REST API: the HTTP status plus the server's
- * `{"error": ..., "detail": ...}` body when there was one. For a 422 reply
- * `detail` names the request field that was refused (e.g. `"gpus"`).
+ * `{"error", "detail", "field", "code"}` body when there was one: `detail` says
+ * what to do, `field` names the request field it concerns (a refused value, or
+ * what a quota limits), `code` is a stable name (`invalid`, `quota`, ...).
  */
 export class RaylabAPIError extends Error {
   constructor(
     readonly url: string,
     readonly status: number,
     readonly error: string,
-    readonly detail?: unknown
+    readonly detail?: unknown,
+    readonly field: string | null = null,
+    readonly code: string | null = null
   ) {
     super(`${error} (HTTP ${status})`);
     this.name = 'RaylabAPIError';
-  }
-
-  /** The refused field of a 422 reply, if the server named one. */
-  get field(): string | null {
-    return this.status === 422 && typeof this.detail === 'string'
-      ? this.detail
-      : null;
   }
 
   /**
@@ -47,7 +45,14 @@ export class RaylabAPIError extends Error {
     const text = await response.text().catch(() => '');
     const body = text.length > 0 ? parseJSON(text) : undefined;
     if (isErrorBody(body)) {
-      return new RaylabAPIError(url, response.status, body.error, body.detail);
+      return new RaylabAPIError(
+        url,
+        response.status,
+        body.error,
+        body.detail,
+        typeof body.field === 'string' ? body.field : null,
+        typeof body.code === 'string' ? body.code : null
+      );
     }
     return new RaylabAPIError(
       url,
@@ -82,10 +87,7 @@ export function describeError(reason: unknown): string {
     if (reason.status === 404 && reason.error === 'Not Found') {
       return 'the raylab server extension is not enabled on this Jupyter server (HTTP 404)';
     }
-    const hint =
-      typeof reason.detail === 'string' && reason.status !== 422
-        ? ` (${reason.detail})`
-        : '';
+    const hint = typeof reason.detail === 'string' ? ` (${reason.detail})` : '';
     return `${reason.error}${hint}`;
   }
   if (reason instanceof ServerConnection.NetworkError) {

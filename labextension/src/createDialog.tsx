@@ -81,23 +81,9 @@ export function requestFromValues(v: IFormValues): ICreateRequest {
   return body;
 }
 
-/**
- * Where a quota refusal (403) belongs: the server's messages start with what
- * was requested ("4 GPUs requested, quota is 2 ...", "17 workers requested").
- */
-function quotaField(message: string): Field | null {
-  if (/^\d+ GPUs? requested/.test(message)) {
-    return 'gpus';
-  }
-  if (/^\d+ workers? requested/.test(message)) {
-    return 'workers';
-  }
-  return null;
-}
-
 export function errorsFromFailure(reason: unknown): IFormErrors {
   if (reason instanceof RaylabAPIError) {
-    if (reason.status === 422 && isField(reason.field)) {
+    if (reason.code === 'invalid' && isField(reason.field)) {
       // "gpus: 3 GPUs cannot be split ..." -> "3 GPUs cannot be split ..."
       const prefix = `${reason.field}: `;
       const text = reason.error.startsWith(prefix)
@@ -106,13 +92,13 @@ export function errorsFromFailure(reason: unknown): IFormErrors {
       return { fields: { [reason.field]: text }, form: null };
     }
     if (reason.status === 403) {
-      const field = quotaField(reason.error);
+      // A quota (or RBAC) refusal: beside the field it limits, when it names one.
       const text =
         typeof reason.detail === 'string'
           ? `${reason.error}: ${reason.detail}`
           : reason.error;
-      return field
-        ? { fields: { [field]: text }, form: null }
+      return isField(reason.field)
+        ? { fields: { [reason.field]: text }, form: null }
         : { fields: {}, form: text };
     }
   }

@@ -66,11 +66,10 @@ function ErrorBody(props: { reason: unknown }): React.ReactElement {
   const { reason } = props;
   const message =
     reason instanceof RaylabAPIError ? reason.error : describeError(reason);
-  let detail: string | null = null;
-  if (reason instanceof RaylabAPIError && typeof reason.detail === 'string') {
-    // A refused field's detail is only its name, which starts the message.
-    detail = message.startsWith(`${reason.detail}: `) ? null : reason.detail;
-  }
+  const detail =
+    reason instanceof RaylabAPIError && typeof reason.detail === 'string'
+      ? reason.detail
+      : null;
   return (
     <div className="jp-raylab-export-error">
       <p role="alert">{message}</p>

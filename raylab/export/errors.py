@@ -9,3 +9,4 @@ class ExportError(RaylabError):
     """The notebook cannot be turned into a pipeline as it is; nothing was written."""
 
     status = 422
+    code = "export"

@@ -111,7 +111,7 @@ async def test_logs(jp_fetch: Any, alices_cluster: str) -> None:
     body = await fetch_json(jp_fetch, "clusters", NAME, "logs", params={"tail": "500"})
     assert "Ray runtime started" in body["logs"]
     code, err = await refused(jp_fetch, "clusters", NAME, "logs", params={"tail": "lots"})
-    assert (code, err["detail"]) == (422, "tail")
+    assert (code, err["field"], err["code"]) == (422, "tail", "invalid")
 
 
 async def test_the_token_never_leaves_the_server(jp_fetch: Any, alices_cluster: str) -> None:
@@ -200,7 +200,7 @@ async def test_bad_requests_name_the_field(
     before = sorted(p.name for p in state_dir.iterdir()) if state_dir.exists() else []
     code, err = await refused(jp_fetch, "clusters", method="POST", body=json.dumps(body))
     assert code == 422
-    assert err["detail"] == field
+    assert (err["field"], err["code"]) == (field, "invalid")
     assert message in err["error"]
     after = sorted(p.name for p in state_dir.iterdir()) if state_dir.exists() else []
     assert after == before, "a refused request created something"
@@ -208,7 +208,7 @@ async def test_bad_requests_name_the_field(
 
 async def test_not_json(jp_fetch: Any) -> None:
     code, err = await refused(jp_fetch, "clusters", method="POST", body="{not json")
-    assert (code, err["detail"]) == (422, "body")
+    assert (code, err["field"]) == (422, "body")
 
 
 @pytest.mark.parametrize("raylab_config", [{"max_gpus_per_user": 2}])
@@ -220,6 +220,7 @@ async def test_quota_is_checked_before_anything_is_made(
     )
     assert code == 403
     assert err["error"] == "4 GPUs requested, quota is 2 and 0 are in use"
+    assert (err["field"], err["code"]) == ("gpus", "quota")  # where the form shows it
     profiles = await fetch_json(jp_fetch, "profiles")
     assert profiles["quota"]["gpus_left"] == 2
 
@@ -230,7 +231,7 @@ async def test_profiles_list_the_export_feature_and_its_route_answers(jp_fetch: 
     # What the frontend's "Export to pipeline" button relies on: the route is served (a
     # 422 naming the missing field, not the catch-all's 404).
     code, err = await refused(jp_fetch, "export", method="POST", body="{}")
-    assert (code, err["detail"]) == (422, "path")
+    assert (code, err["field"]) == (422, "path")
 
 
 async def test_unauthenticated_requests_are_refused(jp_fetch: Any) -> None:

@@ -86,5 +86,5 @@ def test_oversized_body_is_refused(jp_fetch: Any, jp_asyncio_loop: Any, state_di
     body = json.dumps({"name": "big", "image": "x" * 200_000})
     code, text = answer(jp_asyncio_loop, jp_fetch, "raylab", "clusters", method="POST", body=body)
     assert code == 422
-    assert json.loads(text)["detail"] == "body"
+    assert json.loads(text)["field"] == "body"
     check(code, text, state_dir)

@@ -58,7 +58,7 @@ async def test_export_writes_the_project_beside_the_notebook(
 
 
 @pytest.mark.parametrize(
-    ("body", "status", "detail"),
+    ("body", "status", "field"),
     [
         ({"path": "../outside.ipynb"}, 422, "path"),
         ({"path": "/etc/passwd"}, 422, "path"),
@@ -72,13 +72,13 @@ async def test_export_writes_the_project_beside_the_notebook(
 )
 async def test_bad_requests_are_refused_with_json(
     jp_fetch: Any, jp_root_dir: Path, export_route: None, body: dict[str, Any], status: int,
-    detail: str | None,
+    field: str | None,
 ) -> None:  # fmt: skip
     make_notebook(jp_root_dir / "nb.ipynb", ["x = 1"])
     code, reply = await post(jp_fetch, body)
     assert code == status, reply
-    if detail:
-        assert reply["detail"] == detail
+    if field:
+        assert reply["field"] == field
     assert not (jp_root_dir / "nb_pipeline").exists()
 
 
@@ -89,5 +89,5 @@ async def test_a_symlink_out_of_the_root_is_refused(
     make_notebook(elsewhere / "nb.ipynb", ["x = 1"])
     (jp_root_dir / "link").symlink_to(elsewhere)
     code, reply = await post(jp_fetch, {"path": "link/nb.ipynb"})
-    assert (code, reply["detail"]) == (422, "path")
+    assert (code, reply["field"]) == (422, "path")
     assert not (elsewhere / "nb_pipeline").exists()
