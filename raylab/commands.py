@@ -26,7 +26,7 @@ from .errors import BackendUnavailable, NotFound, RaylabError, SpecError
 from .export.verb import HELP as EXPORT_HELP
 from .export.verb import add_export_arguments
 from .model import ClusterInfo, Phase
-from .service import ClusterService, current_user
+from .service import ClusterService, current_groups, current_user, is_admin
 
 if TYPE_CHECKING:
     from .runtime_env import Prepared
@@ -216,7 +216,8 @@ class Commands:
         return self._settings
 
     def service(self, backend: str | None) -> ClusterService:
-        admin = self.user in self.settings.options.admin_users
+        groups = current_groups() if self.user == current_user() else ()
+        admin = is_admin(self.settings, self.user, groups)
         return ClusterService(
             make_backend(backend or self.settings.backend, self.settings), self.settings,
             self.user, admin=admin,

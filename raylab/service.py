@@ -7,10 +7,13 @@ names of other users' clusters do not leak.
 
 from __future__ import annotations
 
+import functools
 import getpass
+import json
 import os
 import time
-from collections.abc import Callable, Mapping
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .backends.base import Backend
@@ -37,6 +40,30 @@ REFUSAL_GRACE_S = 30.0
 def current_user() -> str:
     """The JupyterHub user in a single-user server, else the OS user."""
     return os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
+
+
+@functools.cache
+def current_groups() -> tuple[str, ...]:
+    """The JupyterHub groups of this server's user (asked of the hub once per process,
+    with the server's own token), else none: as the server's identity says."""
+    url, token = os.environ.get("JUPYTERHUB_API_URL"), os.environ.get("JUPYTERHUB_API_TOKEN")
+    if not (url and token):
+        return ()
+    request = urllib.request.Request(
+        url.rstrip("/") + "/user", headers={"Authorization": f"token {token}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as reply:
+            groups = json.load(reply).get("groups") or []
+    except (OSError, ValueError, AttributeError):
+        return ()  # the hub away: no admin rights by group, as the safe side
+    return tuple(str(g) for g in groups)
+
+
+def is_admin(settings: Settings, user: str, groups: Iterable[str] = ()) -> bool:
+    """The one rule for who sees and manages every cluster: named, or in an admin group."""
+    o = settings.options
+    return user in o.admin_users or bool(set(groups) & set(o.admin_groups))
 
 
 class ClusterService:

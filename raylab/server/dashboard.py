@@ -24,9 +24,10 @@ from tornado import httpclient, httputil, web
 from ..auth import PROXY_HEADER, TOKEN_COOKIE, bearer
 from ..errors import RaylabError, SpecError
 from ..model import ClusterInfo
+from ..service import is_admin
 from ..spec import validate_name
 from .cache import ClusterCache
-from .handlers import owner_name
+from .handlers import owner_name, user_groups
 
 # Jupyter's credentials are for Jupyter, and a browser's own Ray token is not trusted.
 _STRIPPED = ("Authorization", "Cookie", "X-XSRFToken", PROXY_HEADER)
@@ -49,7 +50,7 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
         await cache.wait_synced()
         info: ClusterInfo | None = cache.get(name)
         user = owner_name(self)
-        admin = user in settings.options.admin_users
+        admin = is_admin(settings, user, user_groups(self))
         if info is None or not (admin or info.owner == user):
             raise web.HTTPError(404, f"no cluster named {name!r}")
         if write and info.owner != user:

@@ -21,7 +21,7 @@ from tornado import web
 from ..config import Settings
 from ..errors import NotFound, RaylabError, SpecError
 from ..model import ClusterInfo
-from ..service import ClusterService, current_user
+from ..service import ClusterService, current_user, is_admin
 from ..spec import validate_name
 from .cache import ClusterCache, cluster_json
 
@@ -36,6 +36,14 @@ T = TypeVar("T")
 # jupyter_server's own providers: one person's server, whose browser sessions get made-up
 # "Anonymous" names. JupyterHub's provider (and any other) names real users.
 _SINGLE_USER_PROVIDERS = (IdentityProvider, PasswordIdentityProvider)
+
+
+def user_groups(handler: Any) -> list[str]:
+    """The request's user's groups: on JupyterHub, the hub's model of the user
+    (jupyterhub.singleuser's `JupyterHubUser.hub_user`); other identities have none."""
+    hub_user = getattr(handler.current_user, "hub_user", None)
+    groups = hub_user.get("groups") if isinstance(hub_user, dict) else None
+    return [str(g) for g in groups or []]
 
 
 def owner_name(handler: Any) -> str:
@@ -70,9 +78,7 @@ class RaylabHandler(APIHandler):
 
     @property
     def is_admin(self) -> bool:
-        o = self.raylab_settings.options
-        groups = set(getattr(self.current_user, "groups", None) or [])
-        return self.username in o.admin_users or bool(groups & set(o.admin_groups))
+        return is_admin(self.raylab_settings, self.username, user_groups(self))
 
     def service(self) -> ClusterService:
         return ClusterService(

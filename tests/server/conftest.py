@@ -21,6 +21,14 @@ from pytest_jupyter.jupyter_core import *  # noqa: F403
 from pytest_jupyter.jupyter_server import *  # noqa: F403
 
 
+class HubUser(User):
+    """Shaped as jupyterhub.singleuser's JupyterHubUser: the hub's model in `hub_user`."""
+
+    def __init__(self, name: str, groups: list[str]) -> None:
+        self.hub_user = {"name": name, "groups": groups}
+        super().__init__(username=name)
+
+
 class TestUsers(IdentityProvider):
     async def get_user(self, handler: Any) -> Any:
         user = super().get_user(handler)
@@ -29,7 +37,8 @@ class TestUsers(IdentityProvider):
         if user is None:
             return None
         name = handler.request.headers.get("X-Test-User")
-        return User(username=name) if name else user
+        groups = [g for g in handler.request.headers.get("X-Test-Groups", "").split(",") if g]
+        return HubUser(name, groups) if name else user
 
 
 @pytest.fixture
@@ -49,5 +58,5 @@ def jp_server_config(raylab_config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def as_user(name: str) -> dict[str, str]:
-    return {"X-Test-User": name}
+def as_user(name: str, groups: tuple[str, ...] = ()) -> dict[str, str]:
+    return {"X-Test-User": name, "X-Test-Groups": ",".join(groups)}

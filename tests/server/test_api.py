@@ -107,6 +107,22 @@ async def test_admin_overview(jp_fetch: Any, alices_cluster: str) -> None:
     assert profiles["user"] == {"name": "admin", "admin": True}
 
 
+@pytest.mark.parametrize("raylab_config", [{"admin_groups": ["platform"]}])
+async def test_admin_groups_see_everyone(
+    jp_fetch: Any, alices_cluster: str, raylab_config: dict[str, Any]
+) -> None:
+    carol = as_user("carol", ("platform", "ml"))
+    everyone = json.loads((await jp_fetch("raylab", "clusters", params={"all": "1"},
+                                          headers=carol)).body)  # fmt: skip
+    assert [c["name"] for c in everyone["clusters"]] == [NAME]
+    profiles = json.loads((await jp_fetch("raylab", "profiles", headers=carol)).body)
+    assert profiles["user"] == {"name": "carol", "admin": True}
+    dave = as_user("dave", ("ml",))
+    none = json.loads((await jp_fetch("raylab", "clusters", params={"all": "1"},
+                                      headers=dave)).body)  # fmt: skip
+    assert none["clusters"] == []
+
+
 async def test_logs(jp_fetch: Any, alices_cluster: str) -> None:
     body = await fetch_json(jp_fetch, "clusters", NAME, "logs", params={"tail": "500"})
     assert "Ray runtime started" in body["logs"]
