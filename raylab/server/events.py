@@ -7,7 +7,6 @@ JupyterHub's proxy and the browser's EventSource reconnects by itself.
 from __future__ import annotations
 
 import asyncio
-import json
 
 from jupyter_server.auth.decorator import authorized
 from tornado import web
@@ -23,21 +22,14 @@ class EventsHandler(RaylabHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        everyone = self.get_argument("all", "0") in ("1", "true")
-        visible = self.visible(everyone)
+        visible = self.visible(self.wants_everyone())
         self.set_header("Content-Type", "text/event-stream")
         self.set_header("Cache-Control", "no-cache")
         self.set_header("X-Accel-Buffering", "no")  # no buffering in nginx-style proxies
         sub = self.cache.subscribe(visible)
         try:
             await self.cache.wait_synced()
-            status = self.cache.status()
-            snapshot = (
-                f'{{"type": "SNAPSHOT", "clusters": {self.cache.list_text(visible)}, '
-                f'"available": {json.dumps(status["available"])}, '
-                f'"error": {json.dumps(status["error"])}}}'
-            )
-            await self._send({"type": "SNAPSHOT", "text": snapshot})
+            await self._send({"type": "SNAPSHOT", "text": self.listing("SNAPSHOT", visible)})
             while True:
                 try:
                     message = await asyncio.wait_for(sub.queue.get(), KEEPALIVE_S)

@@ -85,6 +85,21 @@ class RaylabHandler(APIHandler):
             self.cache.backend, self.raylab_settings, self.username, admin=self.is_admin
         )
 
+    def wants_everyone(self) -> bool:
+        """`?all=1` (or true) from an admin; anyone else's is ignored, not refused."""
+        return self.get_argument("all", "0") in ("1", "true") and self.is_admin
+
+    def listing(self, kind: str, visible: Callable[[ClusterInfo], bool]) -> str:
+        """The envelope every listing shares (the REST list, the stream's snapshot): the
+        clusters, and whether the backend answers (`available`, `error`)."""
+        body = self.cache.list_text(visible)
+        status = self.cache.status()
+        head = f'"type": "{kind}", ' if kind else ""
+        return (
+            f'{{{head}"clusters": {body}, "available": {json.dumps(status["available"])}, '
+            f'"error": {json.dumps(status["error"])}}}'
+        )
+
     def visible(self, everyone: bool = False) -> Callable[[ClusterInfo], bool]:
         if everyone and self.is_admin:
             return lambda c: True
@@ -155,15 +170,9 @@ class ClustersHandler(RaylabHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        everyone = self.get_argument("all", "0") in ("1", "true")
         await self.cache.wait_synced()
-        clusters = self.cache.list_text(self.visible(everyone))
-        error = self.cache.error
         self.set_header("Content-Type", "application/json")
-        self.finish(
-            f'{{"clusters": {clusters}, "available": {json.dumps(error is None)}, '
-            f'"error": {json.dumps(error)}}}'
-        )
+        self.finish(self.listing("", self.visible(self.wants_everyone())))
 
     @web.authenticated
     @authorized
@@ -239,7 +248,7 @@ class UsageHandler(RaylabHandler):
             seconds = parse_duration(text, default_unit="d")
         except ValueError:
             raise SpecError("since", f"{text!r} is not a duration such as 7d or 24h") from None
-        everyone = self.get_argument("all", "0") in ("1", "true") and self.is_admin
+        everyone = self.wants_everyone()
         now = time.time()
         since = now - seconds
         store = store_for(self.cache.backend)
