@@ -128,6 +128,13 @@ class ClusterService:
         existing one keeps its own: the caller decides whether to change it).
         """
         spec = ClusterSpec.from_mapping(request, self.settings.profiles)
+        if spec.autoscaling and not self.backend.autoscales:
+            raise SpecError(
+                "min_workers",
+                f"the {self.backend.name} backend does not autoscale; give --workers N, or "
+                "use --backend kuberay, whose autoscaler keeps between --min-workers and "
+                "--max-workers",
+            )
         if request.get("name") is not None:
             existing = self.backend.get(spec.name)
             if existing is not None:

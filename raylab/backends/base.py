@@ -27,6 +27,9 @@ class Backend(Protocol):
     # Whether a node that exited comes back by itself (KubeRay: the kubelet restarts its
     # pod). Where it does not, a Degraded cluster cannot become Ready without the user.
     restarts_nodes: bool
+    # Whether it scales between --min-workers and --max-workers by itself (KubeRay's
+    # autoscaler); where it does not, such a request is refused rather than ignored.
+    autoscales: bool
 
     def create(
         self, spec: ClusterSpec, owner: str, environment: ClusterEnvironment | None = None

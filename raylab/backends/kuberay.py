@@ -70,6 +70,7 @@ _forwards_lock = threading.Lock()
 class KubeRayBackend:
     name = "kuberay"
     restarts_nodes = True
+    autoscales = True
 
     def __init__(
         self,

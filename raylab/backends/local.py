@@ -123,6 +123,7 @@ class LocalBackend:
     # A node is started again only until it first comes up (local_node.py); one that
     # exits after that, or never came up in its tries, stays down.
     restarts_nodes = False
+    autoscales = False
 
     def __init__(
         self, state_dir: Path, ray_executable: str | None = None, *, token_auth: bool = True

@@ -41,6 +41,12 @@ CASES = [
     ("scale nosuch --workers 2", "no cluster named 'nosuch'"),
     ("logs 'x;rm -rf /'", "--name: 'x;rm -rf /' is not a valid name"),
     ("up --backend nomad", "argument --backend: invalid choice: 'nomad'"),
+    # Accepted and ignored would be worse: the local backend never autoscales.
+    (
+        "up --backend local --gpus 2 --min-workers 0 --max-workers 2",
+        "--min-workers: the local backend does not autoscale; give --workers N, or use "
+        "--backend kuberay",
+    ),
 ]
 
 
