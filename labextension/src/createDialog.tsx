@@ -282,17 +282,19 @@ function CreateForm(props: ICreateFormProps): React.ReactElement {
         },
         `Default: ${imageDefault}`
       )}
-      <div className="jp-raylab-field jp-raylab-checkbox">
-        <label>
-          <input
-            type="checkbox"
-            checked={v.autoscale}
-            onChange={e => set({ autoscale: e.target.checked })}
-          />{' '}
-          Autoscale between a minimum and maximum number of workers
-        </label>
-      </div>
-      {v.autoscale && (
+      {props.profiles.autoscales && (
+        <div className="jp-raylab-field jp-raylab-checkbox">
+          <label>
+            <input
+              type="checkbox"
+              checked={v.autoscale}
+              onChange={e => set({ autoscale: e.target.checked })}
+            />{' '}
+            Autoscale between a minimum and maximum number of workers
+          </label>
+        </div>
+      )}
+      {props.profiles.autoscales && v.autoscale && (
         <div className="jp-raylab-field-pair">
           {textField('min_workers', 'Min workers', NUMERIC)}
           {textField('max_workers', 'Max workers', NUMERIC)}

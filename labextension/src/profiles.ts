@@ -58,6 +58,8 @@ export interface IProfilesReply {
   gpu_types: IGpuProfile[];
   defaults: IProfileDefaults;
   backend: string;
+  /** Whether the backend autoscales between a minimum and a maximum of workers. */
+  autoscales: boolean;
   quota: IQuota;
   user: IUser;
   /** Optional endpoints the server has, e.g. `'export'` (older servers: none). */

@@ -288,6 +288,7 @@ class ProfilesHandler(RaylabHandler):
         gpus_used = sum(c.spec.gpus for c in mine)
         body = s.profiles.to_json()
         body["backend"] = s.backend
+        body["autoscales"] = self.cache.backend.autoscales  # the dialog offers it only then
         body["quota"] = {
             "max_gpus_per_user": o.max_gpus_per_user,
             "max_clusters_per_user": o.max_clusters_per_user,
