@@ -8,6 +8,8 @@ import * as path from 'path';
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
 import { Locator } from '@playwright/test';
 
+import { openPalette } from './palette';
+
 test.describe.configure({ mode: 'serial' });
 
 // As in sidebar.spec.ts: docs/images when RAYLAB_SCREENSHOTS says so.
@@ -58,7 +60,7 @@ async function paletteShows(
   page: IJupyterLabPageFixture,
   label: string
 ): Promise<boolean> {
-  await page.keyboard.press('Control+Shift+C');
+  await openPalette(page);
   const palette = page.locator('#command-palette');
   await palette.locator('input').fill(label);
   // The search has applied once matches are highlighted or none is found.
@@ -201,7 +203,7 @@ test('from the palette with options: name, schedule, cells', async ({
   await toolbarOf(page, 'Nightly Train.ipynb');
 
   const openOptions = async (): Promise<Locator> => {
-    await page.keyboard.press('Control+Shift+C');
+    await openPalette(page);
     const palette = page.locator('#command-palette');
     await palette.locator('input').fill(`${PALETTE_LABEL} with Options`);
     await paletteItem(page, `${PALETTE_LABEL} with Options…`).click();

@@ -7,6 +7,8 @@ import * as path from 'path';
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
 import { Locator } from '@playwright/test';
 
+import { openPalette } from './palette';
+
 test.describe.configure({ mode: 'serial' });
 
 // A cluster is Ready in ~20 s on an idle 2-core machine; allow for a busy one.
@@ -77,7 +79,7 @@ test('empty state, and the server refusals shown next to their field', async ({
   );
 
   // The command palette lists the same actions.
-  await page.keyboard.press('Control+Shift+C');
+  await openPalette(page);
   const palette = page.locator('#command-palette');
   await palette.locator('input').fill('Ray cluster');
   await expect(palette.getByText('New Ray Cluster…')).toBeVisible();
