@@ -10,6 +10,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -110,3 +111,24 @@ def _no_orphans_at_the_end() -> Iterator[None]:
 @pytest.fixture
 def state_dir() -> Path:
     return Path(os.environ["RAYLAB_STATE_DIR"])
+
+
+# Time by folder at the end of every run, so the suite's budget (CI has 90 minutes on a
+# cold machine) is visible where it is spent; docs/benchmarks.md keeps the cold figures.
+_seconds_by_folder: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    parts = Path(report.nodeid.split("::", 1)[0]).parts
+    folder = "/".join(parts[:2]) if len(parts) > 2 else parts[0]
+    _seconds_by_folder[folder] = _seconds_by_folder.get(folder, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _seconds_by_folder:
+        return
+    terminalreporter.section("time by folder (setup + call + teardown)")
+    total = sum(_seconds_by_folder.values())
+    for folder, seconds in sorted(_seconds_by_folder.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"{folder:<24} {seconds:8.1f} s")
+    terminalreporter.write_line(f"{'total':<24} {total:8.1f} s")
