@@ -14,6 +14,7 @@ import os
 import time
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from .backends.base import Backend
@@ -58,6 +59,42 @@ def current_groups() -> tuple[str, ...]:
     except (OSError, ValueError, AttributeError):
         return ()  # the hub away: no admin rights by group, as the safe side
     return tuple(str(g) for g in groups)
+
+
+@dataclass(frozen=True)
+class QuotaUse:
+    """What a user's clusters take of their quota, and what is left: the one count that
+    `up` checks and the dialog shows."""
+
+    max_gpus_per_user: int
+    max_clusters_per_user: int
+    max_workers_per_cluster: int
+    gpus_used: int
+    clusters_used: int
+
+    @property
+    def gpus_left(self) -> int:
+        return max(0, self.max_gpus_per_user - self.gpus_used)
+
+    @property
+    def clusters_left(self) -> int:
+        return max(0, self.max_clusters_per_user - self.clusters_used)
+
+    def to_json(self) -> dict[str, int]:
+        return {**asdict(self), "gpus_left": self.gpus_left, "clusters_left": self.clusters_left}
+
+
+def quota_use(settings: Settings, mine: Iterable[ClusterInfo]) -> QuotaUse:
+    """`mine`: the user's clusters (from the backend, or a server's cache)."""
+    clusters = list(mine)
+    o = settings.options
+    return QuotaUse(
+        max_gpus_per_user=o.max_gpus_per_user,
+        max_clusters_per_user=o.max_clusters_per_user,
+        max_workers_per_cluster=o.max_workers_per_cluster,
+        gpus_used=sum(c.spec.gpus for c in clusters),
+        clusters_used=len(clusters),
+    )
 
 
 def is_admin(settings: Settings, user: str, groups: Iterable[str] = ()) -> bool:
@@ -273,13 +310,14 @@ class ClusterService:
                 field="workers",
             )
         mine = [c for c in self.backend.list(owner=self.user) if c.name != spec.name]
-        if replacing is None and len(mine) + 1 > o.max_clusters_per_user:
+        use = quota_use(self.settings, mine)
+        if replacing is None and use.clusters_left < 1:
             raise QuotaExceeded(
                 f"you have {len(mine)} clusters, the limit is {o.max_clusters_per_user}",
                 detail="delete one with `%raycluster down NAME`",
             )
-        used = sum(c.spec.gpus for c in mine)
-        if used + spec.gpus > o.max_gpus_per_user:
+        used = use.gpus_used
+        if spec.gpus > use.gpus_left:
             raise QuotaExceeded(
                 f"{spec.gpus} GPUs requested, quota is {o.max_gpus_per_user} and {used} are in use",
                 detail="delete or scale down a cluster, or ask your admin",

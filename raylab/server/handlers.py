@@ -21,7 +21,7 @@ from tornado import web
 from ..config import Settings
 from ..errors import NotFound, RaylabError, SpecError
 from ..model import ClusterInfo
-from ..service import ClusterService, current_user, is_admin
+from ..service import ClusterService, current_user, is_admin, quota_use
 from ..spec import validate_name
 from .cache import ClusterCache, cluster_json
 
@@ -282,22 +282,11 @@ class ProfilesHandler(RaylabHandler):
     @authorized
     async def get(self) -> None:
         s = self.raylab_settings
-        o = s.options
         await self.cache.wait_synced()
-        mine = self.cache.list(self.visible())
-        gpus_used = sum(c.spec.gpus for c in mine)
         body = s.profiles.to_json()
         body["backend"] = s.backend
         body["autoscales"] = self.cache.backend.autoscales  # the dialog offers it only then
-        body["quota"] = {
-            "max_gpus_per_user": o.max_gpus_per_user,
-            "max_clusters_per_user": o.max_clusters_per_user,
-            "max_workers_per_cluster": o.max_workers_per_cluster,
-            "gpus_used": gpus_used,
-            "clusters_used": len(mine),
-            "gpus_left": max(0, o.max_gpus_per_user - gpus_used),
-            "clusters_left": max(0, o.max_clusters_per_user - len(mine)),
-        }
+        body["quota"] = quota_use(s, self.cache.list(self.visible())).to_json()
         body["user"] = {"name": self.username, "admin": self.is_admin}
         body["features"] = list(FEATURES)
         self.reply(body)
