@@ -19,7 +19,7 @@ import {
   deleteCluster,
   keepRunning,
   patchCluster
-} from './clusters';
+} from './clusterApi';
 import { showCreateDialog, errorsFromFailure } from './createDialog';
 import { FormBody, FormDialog } from './formDialog';
 import { createLogsPanel } from './logs';

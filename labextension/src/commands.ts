@@ -19,7 +19,7 @@ import {
   showLogs
 } from './actions';
 import { CommandIDs } from './commandIds';
-import { ICluster } from './clusters';
+import { ICluster } from './clusterApi';
 import { ClusterSidebar } from './sidebar';
 
 const CATEGORY = 'Ray';

@@ -3,7 +3,7 @@ import { ServerConnection } from '@jupyterlab/services';
 import React from 'react';
 
 import { RaylabAPIError, describeError } from './api';
-import { ICluster, ICreateRequest, createCluster } from './clusters';
+import { ICluster, ICreateRequest, createCluster } from './clusterApi';
 import { FormBody, FormDialog } from './formDialog';
 import { IGpuProfile, IProfilesReply } from './profiles';
 

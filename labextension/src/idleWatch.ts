@@ -3,7 +3,7 @@ import { CommandRegistry } from '@lumino/commands';
 import { ServerConnection } from '@jupyterlab/services';
 
 import { describeError } from './api';
-import { fetchUsage } from './clusters';
+import { fetchUsage } from './clusterApi';
 import { CommandIDs } from './commandIds';
 import { ClusterListModel, IClusterListState } from './model';
 import { clockText, isWarned } from './render';

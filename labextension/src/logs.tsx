@@ -8,7 +8,7 @@ import {
 import React from 'react';
 
 import { describeError } from './api';
-import { fetchLogs } from './clusters';
+import { fetchLogs } from './clusterApi';
 
 /** The log text, kept scrolled to its end as `tail -f` readers expect. */
 function LogText(props: { text: string; label: string }): React.ReactElement {

@@ -4,7 +4,7 @@ import { IDisposable } from '@lumino/disposable';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { API_NAMESPACE, RaylabAPIError, describeError } from './api';
-import { ICluster } from './clusters';
+import { ICluster } from './clusterApi';
 import { ISSEMessage, readEventStream } from './sse';
 
 /**

@@ -3,7 +3,7 @@
  * CLI and the notebook status card: "Pending — reason", "2 × a100 (logical)",
  * "1/2 ready", "4 CPU · 16Gi memory", kubectl-style ages.
  */
-import type { ICluster, IEnvironment, Phase } from './clusters';
+import type { ICluster, IEnvironment, Phase } from './clusterApi';
 
 export function phaseText(cluster: ICluster): string {
   const reason = suspendedText(cluster) || cluster.reason;

@@ -14,7 +14,7 @@ import {
 } from '@jupyterlab/ui-components';
 import React from 'react';
 
-import { ICluster, IUsage, Phase } from './clusters';
+import { ICluster, IUsage, Phase } from './clusterApi';
 import { useNow } from './clock';
 import { CommandIDs } from './commandIds';
 import { rayClusterIcon } from './icons';

@@ -9,7 +9,7 @@ import ast
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .magics import decide, ipython_call, uses_ipython
+from .magic_lines import decide, ipython_call, uses_ipython
 from .model import Analysis
 
 # Libraries that only draw or display: their imports and the statements using them go.

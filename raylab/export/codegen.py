@@ -12,7 +12,7 @@ import ast
 from dataclasses import dataclass
 
 from .model import Analysis, Stmt
-from .render import py_repr
+from .templating import py_repr
 
 INDENT = "    "
 

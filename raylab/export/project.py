@@ -28,7 +28,7 @@ from .codegen import Module, StepPlan
 from .environment import Carried
 from .errors import ExportError
 from .model import Analysis
-from .render import render
+from .templating import render
 
 REPORT = "EXPORT.md"
 
