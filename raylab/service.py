@@ -116,8 +116,8 @@ class ClusterService:
 
     def list(self, *, everyone: bool = False) -> list[ClusterInfo]:
         if everyone and self.admin:
-            return self.backend.list()
-        return self.backend.list(owner=self.user)
+            return self.backend.clusters()
+        return self.backend.clusters(owner=self.user)
 
     def get(self, name: str) -> ClusterInfo:
         validate_name(name)
@@ -309,7 +309,7 @@ class ClusterService:
                 detail="ask your admin to raise max_workers_per_cluster",
                 field="workers",
             )
-        mine = [c for c in self.backend.list(owner=self.user) if c.name != spec.name]
+        mine = [c for c in self.backend.clusters(owner=self.user) if c.name != spec.name]
         use = quota_use(self.settings, mine)
         if replacing is None and use.clusters_left < 1:
             raise QuotaExceeded(

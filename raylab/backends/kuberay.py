@@ -9,7 +9,6 @@ by `import raylab`.
 
 from __future__ import annotations
 
-import builtins
 import json
 import queue
 import threading
@@ -142,7 +141,7 @@ class KubeRayBackend:
         warnings = self._warnings(name) if _maybe_refused(obj) else []
         return cluster_info(obj, pods, warnings, in_cluster=in_cluster())
 
-    def list(self, owner: str | None = None) -> list[ClusterInfo]:
+    def clusters(self, owner: str | None = None) -> list[ClusterInfo]:
         selector = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
         if owner is not None:
             selector += f",{OWNER_LABEL}={owner_label(owner)}"
@@ -193,7 +192,7 @@ class KubeRayBackend:
         else:
             low = high = workers
         path = f"/spec/workerGroupSpecs/{index}"
-        patch: builtins.list[dict[str, Any]] = [
+        patch: list[dict[str, Any]] = [
             # Guards the index: fails (422) if the groups were reordered meanwhile.
             {"op": "test", "path": f"{path}/groupName", "value": group["groupName"]},
             {"op": "add", "path": f"{path}/replicas", "value": workers},
@@ -242,7 +241,7 @@ class KubeRayBackend:
         from kubernetes.client.exceptions import ApiException
 
         path = "/metadata/annotations/" + IDLE_ANNOTATION.replace("~", "~0").replace("/", "~1")
-        patch: builtins.list[dict[str, Any]] = []
+        patch: list[dict[str, Any]] = []
         if expected is not None and expected != IdleState():
             patch.append({"op": "test", "path": path, "value": idle_annotation(expected)})
         patch.append({"op": "add", "path": path, "value": idle_annotation(idle)})
@@ -464,21 +463,21 @@ class KubeRayBackend:
                              PLURAL, name, body, _content_type=content_type)  # fmt: skip
         return cluster_info(obj, self._pods(f"{RAY_PODS}={name}"), in_cluster=in_cluster())
 
-    def _pods(self, selector: str) -> builtins.list[dict[str, Any]]:
+    def _pods(self, selector: str) -> list[dict[str, Any]]:
         with api_errors(self._call("list", "pods")):
-            items: builtins.list[dict[str, Any]] = self._json(
+            items: list[dict[str, Any]] = self._json(
                 self.core.list_namespaced_pod, self.namespace, label_selector=selector
             )["items"]
         return items
 
-    def _warnings(self, name: str | None) -> builtins.list[dict[str, Any]]:
+    def _warnings(self, name: str | None) -> list[dict[str, Any]]:
         """The operator's Warning events on RayClusters (on `name`, or on all of them).
 
         Optional reading: without the right to list events, refusals just show less.
         """
         selector = RAYCLUSTER_WARNINGS + (f",involvedObject.name={name}" if name else "")
         try:
-            items: builtins.list[dict[str, Any]] = self._json(
+            items: list[dict[str, Any]] = self._json(
                 self.core.list_namespaced_event, self.namespace, field_selector=selector
             )["items"]
         except Exception as exc:
@@ -496,9 +495,7 @@ class KubeRayBackend:
             )
         return str(heads[0]["metadata"]["name"])
 
-    def _start_informers(
-        self, cache: Cache, inbox: queue.Queue[Message]
-    ) -> builtins.list[Informer]:
+    def _start_informers(self, cache: Cache, inbox: queue.Queue[Message]) -> list[Informer]:
         """List everything once, here, so that errors (no KubeRay, RBAC) raise to the
         caller; the informers then watch from those resourceVersions."""
         ns, custom, core = self.namespace, self.custom, self.core
@@ -557,7 +554,7 @@ class KubeRayBackend:
         yield ClusterEvent("ADDED" if before is None else "MODIFIED", info)
 
 
-def _synced(kind: str, items: builtins.list[dict[str, Any]]) -> Message:
+def _synced(kind: str, items: list[dict[str, Any]]) -> Message:
     from .kuberay_watch import Synced
 
     return Synced(kind, items)

@@ -9,7 +9,6 @@ process (kernel, CLI, server) sees the same clusters and their live status.
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import fcntl
 import json
@@ -211,7 +210,7 @@ class LocalBackend:
         state = self._read(name)
         return None if state is None else self._info(name, state)
 
-    def list(self, owner: str | None = None) -> list[ClusterInfo]:
+    def clusters(self, owner: str | None = None) -> list[ClusterInfo]:
         out = []
         for name in self._names():
             state = self._read(name)
@@ -331,7 +330,7 @@ class LocalBackend:
         """Local status comes from process liveness, which cannot be watched: poll it."""
         known: dict[str, ClusterInfo] = {}
         while not stop.is_set():
-            current = {c.name: c for c in self.list()}
+            current = {c.name: c for c in self.clusters()}
             for name, info in current.items():
                 before = known.get(name)
                 if before is None:
@@ -414,10 +413,10 @@ class LocalBackend:
         name: str,
         role: str,
         index: int,
-        args: builtins.list[str],
+        args: list[str],
         env: dict[str, str],
         picker: PortPicker,
-        order: builtins.list[str],
+        order: list[str],
     ) -> NodeProcess:
         label = "head" if role == "head" else f"worker-{index}"
         log = self._dir(name) / f"{label}.log"

@@ -46,7 +46,7 @@ class ClusterMirror:
         delay = 0.5
         while not self._stop.is_set():
             try:
-                listed = {c.name: c for c in self.backend.list()}
+                listed = {c.name: c for c in self.backend.clusters()}
                 with self._lock:
                     self._clusters = listed
                 self.error = None

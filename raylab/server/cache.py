@@ -118,7 +118,7 @@ class ClusterCache:
         delay = 0.5
         while not self._stop.is_set():
             try:
-                snapshot = self.backend.list()
+                snapshot = self.backend.clusters()
                 self._hand_over(self._replace, (time.monotonic(), snapshot))
                 delay = 0.5
                 health = self._health

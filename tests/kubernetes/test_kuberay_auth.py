@@ -220,7 +220,7 @@ def test_a_role_without_secrets_is_named(
             f"Kubernetes does not allow you to create secrets in namespace {ns!r}"
         )
         assert "docs/kubernetes-rbac.md" in str(err.value.detail)
-        assert backend.list() == []
+        assert backend.clusters() == []
 
 
 def test_a_leftover_secret_is_replaced_and_a_live_one_is_a_conflict(

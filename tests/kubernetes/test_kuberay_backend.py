@@ -158,7 +158,7 @@ def test_deleting_shows_until_the_object_is_gone(
     alice.delete("gone")
     info = wait_info(alice, "gone", lambda i: i.phase == Phase.DELETING, "Deleting")
     assert info.reason == "deleting its pods and services"
-    assert [c.phase for c in alice.list("alice")] == [Phase.DELETING]
+    assert [c.phase for c in alice.clusters("alice")] == [Phase.DELETING]
     release = {"metadata": {"finalizers": None}}
     call_json(custom.patch_namespaced_custom_object, *RAY, namespace, "rayclusters", "gone",
               release)  # fmt: skip
@@ -266,8 +266,8 @@ def test_in_a_shared_namespace_users_see_only_their_own_clusters(
     )
     bob.create({"name": "bobs", "workers": 0, "cpus": "1", "memory": "1Gi"})
     alice.create({"name": "alices", "workers": 0, "cpus": "1", "memory": "1Gi"})
-    assert [c.name for c in alice.list()] == ["alices"]
-    assert [c.name for c in bob.list()] == ["bobs"]
+    assert [c.name for c in alice.clusters()] == ["alices"]
+    assert [c.name for c in bob.clusters()] == ["bobs"]
     for attempt in (alice.get, alice.delete, alice.logs):
         with pytest.raises(NotFound, match="no cluster named 'bobs'"):
             attempt("bobs")
@@ -301,13 +301,13 @@ def test_with_a_namespace_per_user_rbac_keeps_users_apart(
             bob.create({"name": "bobs", "workers": 0, "cpus": "1", "memory": "1Gi"})
             alice_backend = KubeRayBackend(per_user, api_client=alice_api, user="alice")
             alice = ClusterService(alice_backend, per_user, "alice")
-            assert alice.list() == []
+            assert alice.clusters() == []
             with pytest.raises(NotFound, match="no cluster named 'bobs'"):
                 alice.get("bobs")
             # Going to bob's namespace directly: Kubernetes itself refuses, and says how.
             trespass = KubeRayBackend(per_user, api_client=alice_api, namespace=spaces["bob"])
             with pytest.raises(Forbidden) as denied:
-                trespass.list()
+                trespass.clusters()
             assert str(denied.value) == (
                 "Kubernetes does not allow you to list rayclusters.ray.io in namespace "
                 f"{spaces['bob']!r}"

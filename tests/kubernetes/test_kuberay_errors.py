@@ -77,7 +77,7 @@ def test_api_server_down_then_back_without_restarting_raylab(
         control_plane.stop_apiserver()
         try:
             with pytest.raises(BackendUnavailable) as down:
-                alice.list()
+                alice.clusters()
             assert str(down.value) == (
                 f"cannot reach Kubernetes at {control_plane.server_url}: Connection refused"
             )
@@ -92,7 +92,7 @@ def test_api_server_down_then_back_without_restarting_raylab(
         finally:
             control_plane.start_apiserver()
         # The same backend object (and the same watch) carry on.
-        assert [c.name for c in alice.list("alice")] == ["steady"]
+        assert [c.name for c in alice.clusters("alice")] == ["steady"]
         alice.create(spec("after"), "alice")
         recorder.wait("after", "ADDED")
         recorder.wait("after", "MODIFIED", Phase.READY)
@@ -196,7 +196,7 @@ def test_rejected_credentials(
     path.write_text(yaml.safe_dump(config))
     monkeypatch.setenv("KUBECONFIG", str(path))
     with pytest.raises(Forbidden, match="did not accept your credentials") as err:
-        KubeRayBackend(SETTINGS, namespace=namespace).list()
+        KubeRayBackend(SETTINGS, namespace=namespace).clusters()
     assert "log in again" in str(err.value.detail)
 
 
@@ -215,7 +215,7 @@ def test_taken_name_is_a_conflict(alice: KubeRayBackend, namespace: str) -> None
 
 def test_missing_namespace(admin_api: k8s_client.ApiClient) -> None:
     backend = KubeRayBackend(SETTINGS, api_client=admin_api, namespace="rl-never-made")
-    assert backend.list() == []  # listing an absent namespace is just empty
+    assert backend.clusters() == []  # listing an absent namespace is just empty
     with pytest.raises(BackendUnavailable, match="namespace 'rl-never-made' does not exist"):
         backend.create(spec("x"), "admin")
 
@@ -238,7 +238,7 @@ def test_the_operators_validation_warning_is_failed_with_its_message(
             f"KubeRay refused the cluster: The RayCluster metadata is invalid {namespace}/{name}: "
             "RayCluster name should be no more than 53 characters"
         )
-        assert [c.phase for c in alice.list("alice") if c.name == name] == [Phase.FAILED]
+        assert [c.phase for c in alice.clusters("alice") if c.name == name] == [Phase.FAILED]
         recorder = Recorder(alice)
         try:
             recorder.wait(name, "ADDED", Phase.FAILED, "no more than 53 characters")

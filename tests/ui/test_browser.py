@@ -29,12 +29,12 @@ PLAYWRIGHT_TIMEOUT_S = 840
 
 def _leftover_clusters() -> list[str]:
     settings = Settings.from_config()
-    return [c.name for c in LocalBackend(settings.local_state_dir()).list()]
+    return [c.name for c in LocalBackend(settings.local_state_dir()).clusters()]
 
 
 def _delete_all() -> None:
     backend = LocalBackend(Settings.from_config().local_state_dir())
-    for info in backend.list():
+    for info in backend.clusters():
         backend.delete(info.name)
 
 
