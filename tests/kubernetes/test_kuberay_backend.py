@@ -266,8 +266,8 @@ def test_in_a_shared_namespace_users_see_only_their_own_clusters(
     )
     bob.create({"name": "bobs", "workers": 0, "cpus": "1", "memory": "1Gi"})
     alice.create({"name": "alices", "workers": 0, "cpus": "1", "memory": "1Gi"})
-    assert [c.name for c in alice.clusters()] == ["alices"]
-    assert [c.name for c in bob.clusters()] == ["bobs"]
+    assert [c.name for c in alice.list()] == ["alices"]
+    assert [c.name for c in bob.list()] == ["bobs"]
     for attempt in (alice.get, alice.delete, alice.logs):
         with pytest.raises(NotFound, match="no cluster named 'bobs'"):
             attempt("bobs")
@@ -301,7 +301,7 @@ def test_with_a_namespace_per_user_rbac_keeps_users_apart(
             bob.create({"name": "bobs", "workers": 0, "cpus": "1", "memory": "1Gi"})
             alice_backend = KubeRayBackend(per_user, api_client=alice_api, user="alice")
             alice = ClusterService(alice_backend, per_user, "alice")
-            assert alice.clusters() == []
+            assert alice.list() == []
             with pytest.raises(NotFound, match="no cluster named 'bobs'"):
                 alice.get("bobs")
             # Going to bob's namespace directly: Kubernetes itself refuses, and says how.

@@ -116,7 +116,7 @@ def test_kuberay_not_installed(
     control_plane.uninstall_crds()
     try:
         for attempt in (
-            alice.list,
+            alice.clusters,
             lambda: alice.get("any"),
             lambda: alice.create(spec("any"), "alice"),
             lambda: next(alice.watch(Recorder.never())),
@@ -171,7 +171,7 @@ def test_forbidden_names_verb_resource_namespace_and_the_doc(
 ) -> None:
     bob = KubeRayBackend(SETTINGS, api_client=bob_api, namespace=namespace)
     for attempt, verb, what in (
-        (bob.list, "list", "rayclusters.ray.io"),
+        (bob.clusters, "list", "rayclusters.ray.io"),
         (lambda: bob.get("x"), "get", "rayclusters.ray.io"),
         # A create first makes the cluster's token Secret, so that is what is refused.
         (lambda: bob.create(spec("x"), "bob"), "create", "secrets"),
