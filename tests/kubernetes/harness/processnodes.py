@@ -205,6 +205,9 @@ def write_config(
         "kubeconfig": str(kubeconfig),
         "stateDir": str(state_dir),
         "imageBin": str(Path(sys.executable).parent),
+        # The "image" is this venv (and the Python it was made from): a pod's private
+        # /tmp or /home must not hide it when the checkout lies there (a CI clone).
+        "imagePaths": sorted({sys.prefix, sys.base_prefix}),
         "binary": str(binary),
         "apiServer": apiserver,
         "kubernetesServiceIP": KUBERNETES_SERVICE_IP,

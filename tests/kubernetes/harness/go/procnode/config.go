@@ -15,6 +15,10 @@ type Config struct {
 	// ImageBin is put first on every container's PATH: the image is never pulled,
 	// containers run this machine's programs (the test venv's python and ray).
 	ImageBin string `json:"imageBin"`
+	// ImagePaths are host folders the "image" is made of (the test venv, an editable
+	// checkout) that stay visible in a container even where they lie under a folder the
+	// container gets privately (/tmp, /home): a checkout under /tmp must still run Ray.
+	ImagePaths []string `json:"imagePaths"`
 	// Binary is this program's own path, re-executed as each container's init.
 	Binary string `json:"binary"`
 	// APIServer is host:port of the real API server; pods reach it at the

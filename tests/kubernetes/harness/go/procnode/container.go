@@ -265,14 +265,15 @@ func (c *container) runOnce(envr *envResolver, vols map[string]volume) (int, err
 	}
 	spec := initSpec{
 		Argv: argv, Env: env, Dir: c.spec.WorkingDir, Mounts: mounts,
-		Tmp:       filepath.Join(p.dir, "tmp"),
-		Hosts:     filepath.Join(p.dir, "etc", "hosts"),
-		Resolv:    filepath.Join(p.dir, "etc", "resolv.conf"),
-		Hostname:  filepath.Join(p.dir, "etc", "hostname"),
-		ImageBin:  p.prov.cfg.ImageBin,
-		CgroupDir: cgroup,
-		PidFile:   filepath.Join(dir, "pid"),
-		ExitFile:  filepath.Join(dir, "exit"),
+		Tmp:        filepath.Join(p.dir, "tmp"),
+		Hosts:      filepath.Join(p.dir, "etc", "hosts"),
+		Resolv:     filepath.Join(p.dir, "etc", "resolv.conf"),
+		Hostname:   filepath.Join(p.dir, "etc", "hostname"),
+		ImageBin:   p.prov.cfg.ImageBin,
+		ImagePaths: p.prov.cfg.ImagePaths,
+		CgroupDir:  cgroup,
+		PidFile:    filepath.Join(dir, "pid"),
+		ExitFile:   filepath.Join(dir, "exit"),
 	}
 	specPath := filepath.Join(dir, "spec.json")
 	data, _ := json.Marshal(spec)

@@ -32,18 +32,19 @@ type mountSpec struct {
 }
 
 type initSpec struct {
-	Argv      []string    `json:"argv"`
-	Env       []string    `json:"env"`
-	Dir       string      `json:"dir"`
-	Mounts    []mountSpec `json:"mounts"`
-	Tmp       string      `json:"tmp"`
-	Hosts     string      `json:"hosts"`
-	Resolv    string      `json:"resolv"`
-	Hostname  string      `json:"hostname"`
-	ImageBin  string      `json:"imageBin"`
-	CgroupDir string      `json:"cgroupDir"`
-	PidFile   string      `json:"pidFile"`
-	ExitFile  string      `json:"exitFile"`
+	Argv       []string    `json:"argv"`
+	Env        []string    `json:"env"`
+	Dir        string      `json:"dir"`
+	Mounts     []mountSpec `json:"mounts"`
+	Tmp        string      `json:"tmp"`
+	Hosts      string      `json:"hosts"`
+	Resolv     string      `json:"resolv"`
+	Hostname   string      `json:"hostname"`
+	ImageBin   string      `json:"imageBin"`
+	ImagePaths []string    `json:"imagePaths"`
+	CgroupDir  string      `json:"cgroupDir"`
+	PidFile    string      `json:"pidFile"`
+	ExitFile   string      `json:"exitFile"`
 }
 
 // Exit codes the runtime itself gives, as runc/containerd do.
@@ -103,6 +104,14 @@ func initMain(specPath string) {
 	for i := range spec.Mounts {
 		spec.Mounts[i].Source = held(spec.Mounts[i].Source)
 	}
+	var image []mountSpec
+	for _, path := range spec.ImagePaths {
+		if underPrivate(resolve(path)) {
+			image = append(image, mountSpec{Source: held(path), Target: path})
+		}
+	}
+	// The image's folders go first, so the pod's own volumes land on top of them.
+	spec.Mounts = append(image, spec.Mounts...)
 	spec.ExitFile = filepath.Join(held(filepath.Dir(spec.ExitFile)), filepath.Base(spec.ExitFile))
 	if err := setupFilesystem(&spec); err != nil {
 		fail(exitInitError, "procnode init: %v", err)
