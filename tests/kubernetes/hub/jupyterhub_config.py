@@ -39,6 +39,7 @@ c.Authenticator.admin_users = {d["admin"]}
 c.JupyterHub.spawner_class = "simple"
 c.SimpleLocalProcessSpawner.home_dir_template = str(work / "home" / "{username}")
 c.Spawner.cmd = [d["singleuser"]]
+c.Spawner.args = ["--allow-root"]  # the tests run as root; a pod's user would not be
 c.Spawner.default_url = "/lab"
 c.Spawner.start_timeout = 180
 c.Spawner.http_timeout = 180
