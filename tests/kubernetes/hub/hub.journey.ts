@@ -70,9 +70,15 @@ interface IJupyterApp {
 async function newNotebook(page: Page): Promise<void> {
   await page.evaluate(async () => {
     const app = (window as unknown as { jupyterapp: IJupyterApp }).jupyterapp;
-    await app.commands.execute('notebook:create-new', {
+    const panel = (await app.commands.execute('notebook:create-new', {
       kernelName: 'python3'
-    });
+    })) as {
+      context: { ready: Promise<void> };
+      sessionContext: { ready: Promise<void> };
+    };
+    // A cell's source set before the document has loaded would be replaced by it.
+    await panel.context.ready;
+    await panel.sessionContext.ready;
   });
   await expect(
     page.locator('.jp-NotebookPanel .jp-Notebook-ExecutionIndicator')
