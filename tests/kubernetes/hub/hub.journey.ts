@@ -79,6 +79,9 @@ async function newNotebook(page: Page): Promise<void> {
     // A cell's source set before the document has loaded would be replaced by it.
     await panel.context.ready;
     await panel.sessionContext.ready;
+    // runCell's notebook (the shell's current widget follows the focus, which a
+    // dialog or the sidebar may hold).
+    (window as unknown as { raylabNotebook: unknown }).raylabNotebook = panel;
   });
   await expect(
     page.locator('.jp-NotebookPanel .jp-Notebook-ExecutionIndicator')
@@ -92,21 +95,21 @@ async function newNotebook(page: Page): Promise<void> {
 async function runCell(page: Page, code: string): Promise<string> {
   const index = await page.evaluate(async source => {
     const app = (window as unknown as { jupyterapp: IJupyterApp }).jupyterapp;
-    const shell = (
-      app as unknown as {
-        shell: {
-          currentWidget: {
-            content: {
-              activeCellIndex: number;
-              activeCell: {
-                model: { sharedModel: { setSource(s: string): void } };
-              };
+    const panel = (
+      window as unknown as {
+        raylabNotebook: {
+          content: {
+            activeCellIndex: number;
+            activeCell: {
+              model: { sharedModel: { setSource(s: string): void } };
             };
           };
+          activate(): void;
         };
       }
-    ).shell;
-    const notebook = shell.currentWidget.content;
+    ).raylabNotebook;
+    panel.activate();
+    const notebook = panel.content;
     const at = notebook.activeCellIndex;
     notebook.activeCell.model.sharedModel.setSource(source);
     await app.commands.execute('notebook:run-cell-and-insert-below');
