@@ -69,6 +69,7 @@ class Culler:
             max_gap_s=o.usage_flush_seconds + 2 * o.cull_interval_seconds,
         )
         self.parallel = max(1, parallel)
+        self._unknown_types: set[str] = set()  # clusters already said to be of one
 
     def sweep(self, clusters: Iterable[ClusterInfo]) -> SweepReport:
         started = time.monotonic()
@@ -130,9 +131,24 @@ class Culler:
 
     def _policy(self, info: ClusterInfo) -> Policy:
         o = self.settings.options
+        if self.settings.profiles.get(info.spec.gpu_type) is None:
+            self._say_unknown_type(info)
         return policy_for(
             info, self.settings.profiles, o.idle_warning_minutes, o.activity_unknown_grace_minutes
         )
+
+    def _say_unknown_type(self, info: ClusterInfo) -> None:
+        """Once per cluster: a culler without the servers' config culls nothing silently."""
+        if info.name in self._unknown_types:
+            return
+        self._unknown_types.add(info.name)
+        known = ", ".join(sorted(self.settings.profiles.gpu_types)) or "none"
+        log.warning(
+            "raylab culler: %s is of GPU type %r, not one of this culler's (%s): only its "
+            "own idle_suspend_minutes applies; give the culler the servers' c.Raylab "
+            "(docs/culler.md)",
+            info.name, info.spec.gpu_type, known,
+        )  # fmt: skip
 
     def _read(self, info: ClusterInfo, limit_s: float) -> Activity:
         if limit_s <= 0:

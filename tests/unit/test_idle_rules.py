@@ -3,6 +3,8 @@ what happens while activity cannot be read (the written rule in culler/rules.py)
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from raylab.activity import Activity
@@ -162,3 +164,28 @@ def test_the_annotation_is_canonical_and_round_trips() -> None:
     assert idle_annotation(back) == text  # what a culler tests is what it read
     assert idle_from_annotation("not json") == IdleState()
     assert idle_annotation(IdleState()) == "{}"
+
+
+def test_a_culler_without_the_servers_gpu_types_says_so_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A culler not given the servers' c.Raylab would never suspend their clusters of a
+    type it lacks: it says which cluster, which type, and what to do, once per cluster."""
+    from raylab.backends.local import LocalBackend
+    from raylab.config import Settings
+    from raylab.culler.ledger import Meter
+    from raylab.culler.ledger_store import LocalLedger
+    from raylab.culler.sweep import Culler
+
+    settings = Settings.from_config(state_dir=str(tmp_path))
+    meter = Meter(LocalLedger(tmp_path), flush_s=600, retention_s=86400, max_gap_s=900)
+    culler = Culler(LocalBackend(tmp_path), settings, clock=lambda: T0, meter=meter)
+    info = ClusterInfo(name="alice-exp", owner="alice", backend="local", phase=Phase.READY,
+                       spec=ClusterSpec(name="alice-exp", gpus=1, gpu_type="proc", workers=1,
+                                        cpus="1", memory="2Gi"), head_ready=True)  # fmt: skip
+    with caplog.at_level("WARNING", logger="raylab.culler"):
+        reports = [culler.sweep([info]) for _ in range(2)]
+    assert [(r.clusters, r.read, r.writes) for r in reports] == [(1, 0, 0), (1, 0, 0)]
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert "alice-exp is of GPU type 'proc', not one of this culler's (a100, cpu, h100, l4)" in said
+    assert "docs/culler.md" in said

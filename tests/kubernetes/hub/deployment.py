@@ -75,31 +75,32 @@ class Hub:
 
     # ---- what the tests deploy
 
-    def _config_dirs(self) -> tuple[Path, Path]:
-        """The documented config file (where the chart mounts it: on Jupyter's config
-        path) and the tests' additions, which come first on that path."""
-        documented, overlay = self.work / "usr-local-etc-jupyter", self.work / "tests-jupyter"
-        for folder, data in ((documented, raylab_config(self.values)), (overlay, self.overlay)):
+    def _config_path(self, pod: str) -> str:
+        """JUPYTER_CONFIG_PATH of a process standing in for a `pod` (singleuser, hub):
+        the tests' additions, then the documented file where the chart mounts it (a
+        folder of Jupyter's config path, /usr/local/etc/jupyter, here one per pod).
+        Folders on JUPYTER_CONFIG_PATH outrank JUPYTER_CONFIG_DIR, so both go there."""
+        folders = {
+            self.work / "tests-jupyter": self.overlay,
+            self.work / f"{pod}-usr-local-etc-jupyter": raylab_config(self.values, pod),
+        }
+        for folder, data in folders.items():
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "jupyter_server_config.json").write_text(json.dumps(data, indent=2))
-        return documented, overlay
+        return os.pathsep.join(str(folder) for folder in folders)
 
     def _deployment(self) -> dict[str, Any]:
-        documented, overlay = self._config_dirs()
         environment = {
             **self.values["singleuser"]["extraEnv"],
-            "JUPYTER_CONFIG_PATH": os.pathsep.join([str(overlay), str(documented)]),
+            "JUPYTER_CONFIG_PATH": self._config_path("singleuser"),
             "RAY_USAGE_STATS_ENABLED": "0",
             MARKER: str(self.work),
         }
         culler = copy.deepcopy(culler_service(self.values))
-        # /etc/jupyter in the hub pod holds the same file; here the tests' additions
-        # first, then the documented file, as for the users' servers.
-        assert culler["environment"] == {"JUPYTER_CONFIG_DIR": "/etc/jupyter"}
         culler["environment"] = {
-            "JUPYTER_CONFIG_DIR": str(overlay),
-            "JUPYTER_CONFIG_PATH": str(documented),
-            "KUBECONFIG": self.culler_kubeconfig,
+            **culler.get("environment", {}),
+            "JUPYTER_CONFIG_PATH": self._config_path("hub"),
+            "KUBECONFIG": self.culler_kubeconfig,  # stands in for the hub pod's account
             "RAY_USAGE_STATS_ENABLED": "0",
             MARKER: str(self.work),
         }

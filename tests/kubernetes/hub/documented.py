@@ -26,10 +26,14 @@ def helm_values() -> dict[str, Any]:
     return values
 
 
-def raylab_config(values: dict[str, Any]) -> dict[str, Any]:
-    """What the page mounts as the single-user servers' jupyter_server_config.json."""
-    files = values["singleuser"]["extraFiles"]["raylab-config"]
-    assert files["mountPath"] == "/usr/local/etc/jupyter/jupyter_server_config.json"
+MOUNT = "/usr/local/etc/jupyter/jupyter_server_config.json"  # on Jupyter's config path
+
+
+def raylab_config(values: dict[str, Any], pod: str = "singleuser") -> dict[str, Any]:
+    """What the page mounts as jupyter_server_config.json in the users' pods
+    (`singleuser`) or in the hub's, where its raylab-culler service reads it (`hub`)."""
+    files = values[pod]["extraFiles"]["raylab-config"]
+    assert files["mountPath"] == MOUNT, f"{pod}'s raylab-config is not mounted at {MOUNT}"
     data: dict[str, Any] = files["data"]
     return data
 
