@@ -190,6 +190,14 @@ class Hub:
             text = reply.read()
         return json.loads(text) if text else None
 
+    def status_of(self, path: str) -> int:
+        """The HTTP status that the proxy answers `path` with, without credentials."""
+        try:
+            with urllib.request.urlopen(f"{self.url}{path}", timeout=10) as reply:
+                return int(reply.status)
+        except urllib.error.HTTPError as err:
+            return err.code
+
     def server_of(self, user: str) -> dict[str, Any] | None:
         server: dict[str, Any] | None = self.api("GET", f"users/{user}")["servers"].get("")
         return server

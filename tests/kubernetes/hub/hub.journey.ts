@@ -24,7 +24,13 @@ interface IUser {
   name: string;
 }
 
-/** Log in on the hub's own page; the hub starts the server and opens Lab. */
+/**
+ * Log in on the hub's own page; the hub starts the server and opens Lab. Lab
+ * opens with a fresh layout (`?reset`), not the one saved on an earlier visit:
+ * a notebook restored from there, its kernel gone with the server, would ask
+ * for a kernel in a dialog that covers the sidebar. What the sidebar shows
+ * comes from raylab, whatever the layout.
+ */
 async function login(browser: Browser, name: string): Promise<IUser> {
   const context = await browser.newContext();
   const page = await context.newPage();
@@ -33,14 +39,28 @@ async function login(browser: Browser, name: string): Promise<IUser> {
   await page.locator('#password_input').fill(PASSWORD);
   await page.locator('#login_submit').click();
   await page.waitForURL(new RegExp(`/user/${name}/lab`), { timeout: 240_000 });
+  await page.goto(`${HUB}/user/${name}/lab?reset`);
+  await labReady(page);
+  return { context, page, name };
+}
+
+/** Until Lab has started and restored its layout, and its splash is gone. */
+async function labReady(page: Page): Promise<void> {
+  type Lab = { jupyterapp?: { restored: Promise<void> } };
+  await page.waitForFunction(() => !!(window as unknown as Lab).jupyterapp, {
+    timeout: 120_000
+  });
+  await page.evaluate(() => (window as unknown as Lab).jupyterapp?.restored);
   await page.waitForSelector('#jupyterlab-splash', {
     state: 'detached',
     timeout: 120_000
   });
-  return { context, page, name };
 }
 
+/** Open raylab's sidebar unless open: its tab toggles it, so look only once
+ * Lab has restored its layout (which may open it). */
 async function openSidebar(page: Page): Promise<Locator> {
+  await labReady(page);
   const panel = page.locator('#raylab-clusters');
   if (!(await panel.isVisible())) {
     await page.locator('.jp-SideBar [data-id="raylab-clusters"]').click();
@@ -306,10 +326,7 @@ test('the sidebars live through a hub restart', async ({ browser }) => {
     { timeout: 180_000 }
   );
   await alice.page.reload();
-  await alice.page.waitForSelector('#jupyterlab-splash', {
-    state: 'detached',
-    timeout: 120_000
-  });
+  await labReady(alice.page);
   const again = await openSidebar(alice.page);
   await expectLive(again);
   await expect(card(alice.page, CLUSTER)).toHaveAttribute(
