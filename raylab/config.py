@@ -62,6 +62,12 @@ class Raylab(Configurable):
         config=True
     )
     admin_groups = List(Unicode(), help="Groups whose members are admins.").tag(config=True)
+    admin_watch_namespaces = List(
+        Unicode(),
+        help="KubeRay: the namespaces whose clusters an admin's server also shows, beside its "
+        "own ('*': every namespace). Used only when the server's user is an admin; needs the "
+        "ClusterRole raylab-admin-overview of docs/kubernetes-rbac.md.",
+    ).tag(config=True)
     suppress_logical_gpu_warning = Bool(False).tag(config=True)
     ray_auth = Enum(
         ["token", "disabled"],

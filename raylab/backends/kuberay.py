@@ -13,7 +13,7 @@ import json
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -41,7 +41,7 @@ from ..model import ClusterInfo, IdleState
 from ..spec import ClusterSpec
 from .base import ClusterEvent
 from .kuberay_config import in_cluster, load_api_client, resolve_namespace
-from .kuberay_errors import Call, api_errors, server_message, translate
+from .kuberay_errors import ALL_NAMESPACES, Call, api_errors, server_message, translate
 from .kuberay_portforward import Relay
 from .kuberay_security import AUTH_ANNOTATION, ClusterSecurity
 from .kuberay_status import (
@@ -52,7 +52,7 @@ from .kuberay_status import (
     spec_of,
     worker_group_index,
 )
-from .kuberay_watch import Cache, Informer, Message
+from .kuberay_watch import Cache, Informer, Key, Message
 
 RAY = ("ray.io", "v1")
 PLURAL = "rayclusters"
@@ -78,7 +78,10 @@ class KubeRayBackend:
         api_client: Any = None,
         namespace: str | None = None,
         user: str | None = None,
+        watch_namespaces: Sequence[str] = (),
     ) -> None:
+        """`watch_namespaces`: what an admin's backend also watches and lists besides its
+        own namespace (["*"]: every namespace); creates always go to its own."""
         from kubernetes import client
 
         self.settings = settings
@@ -91,6 +94,13 @@ class KubeRayBackend:
         self.core = client.CoreV1Api(api_client)
         self.namespace = namespace or resolve_namespace(settings, user, context_namespace)
         self.security = ClusterSecurity(api_client, self.namespace, settings, self._call)
+        # The namespaces listed and watched; None stands for all of them (one request).
+        self.scopes: list[str | None]
+        if ALL_NAMESPACES in watch_namespaces:
+            self.scopes = [None]
+        else:
+            others = [n for n in dict.fromkeys(watch_namespaces) if n != self.namespace]
+            self.scopes = [self.namespace, *others]
 
     # --- Backend interface --------------------------------------------------------
 
@@ -145,24 +155,27 @@ class KubeRayBackend:
         selector = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
         if owner is not None:
             selector += f",{OWNER_LABEL}={owner_label(owner)}"
-        with api_errors(self._call("list", PLURAL)):
-            items = self._json(self.custom.list_namespaced_custom_object, *RAY, self.namespace,
-                               PLURAL, label_selector=selector)["items"]  # fmt: skip
-        if not items:
-            return []
         cache = Cache()
-        for kind, found in (("rayclusters", items), ("pods", self._pods(RAY_PODS))):
-            cache.apply(_synced(kind, found))
-        if any(_maybe_refused(o) for o in items):
-            cache.apply(_synced("events", self._warnings(None)))
+        for scope in self.scopes:
+            calls = self._list_calls(scope, selector)
+            list_call, call = calls["rayclusters"]
+            with api_errors(call):
+                items = self._json(list_call)["items"]
+            if not items:
+                continue
+            cache.apply(_synced("rayclusters", items, scope))
+            list_call, call = calls["pods"]
+            with api_errors(call):
+                cache.apply(_synced("pods", self._json(list_call)["items"], scope))
+            if any(_maybe_refused(o) for o in items):
+                cache.apply(_synced("events", self._optional_events(*calls["events"]), scope))
         infos = [
-            cluster_info(o, cache.pods_of(_name(o)), cache.warnings_of(_name(o)),
-                         in_cluster=in_cluster())
-            for o in items
-        ]  # fmt: skip
+            cluster_info(o, cache.pods_of(key), cache.warnings_of(key), in_cluster=in_cluster())
+            for key, o in cache.clusters.items()
+        ]
         # The label is a lossy form of the username; the annotation is exact.
         mine = [i for i in infos if owner is None or i.owner == owner]
-        return sorted(mine, key=lambda i: i.name)
+        return sorted(mine, key=lambda i: (i.name, i.namespace or ""))
 
     def delete(self, name: str, propagation: str = "Foreground") -> None:
         """Delete the RayCluster; Kubernetes' garbage collector removes its pods and Service.
@@ -316,14 +329,14 @@ class KubeRayBackend:
         inbox: queue.Queue[Message] = queue.Queue()
         cache = Cache()
         informers = self._start_informers(cache, inbox)
-        last: dict[str, ClusterInfo] = {}
+        last: dict[Key, ClusterInfo] = {}
         # Clusters the operator has not touched yet -> when to say it is silent. Nothing
         # arrives from Kubernetes at that moment, so they are re-derived on the clock.
-        due: dict[str, float] = {}
+        due: dict[Key, float] = {}
         health: str | None = None
         try:
-            for name in sorted(cache.clusters):
-                yield from self._emit(name, cache, last, due)
+            for key in sorted(cache.clusters):
+                yield from self._emit(key, cache, last, due)
             for informer in informers:
                 informer.start()
             while not stop.is_set():
@@ -336,11 +349,11 @@ class KubeRayBackend:
                 except queue.Empty:
                     pass
                 else:
-                    for name in sorted(cache.apply(message)):
-                        yield from self._emit(name, cache, last, due)
+                    for key in sorted(cache.apply(message)):
+                        yield from self._emit(key, cache, last, due)
                 now = time.time()
-                for name in sorted(n for n, at in due.items() if at <= now):
-                    yield from self._emit(name, cache, last, due)
+                for key in sorted(k for k, at in due.items() if at <= now):
+                    yield from self._emit(key, cache, last, due)
         finally:
             for informer in informers:
                 informer.close()
@@ -424,8 +437,10 @@ class KubeRayBackend:
         image = default_image(kernel_ray, kernel_python)
         return (f"{image}-gpu" if spec.gpus else image), kernel_ray, kernel_python
 
-    def _call(self, verb: str, resource: str, name: str | None = None) -> Call:
-        return Call(verb, resource, self.namespace, self.server, name)
+    def _call(
+        self, verb: str, resource: str, name: str | None = None, *, namespace: str | None = None
+    ) -> Call:
+        return Call(verb, resource, namespace or self.namespace, self.server, name)
 
     def _json(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
@@ -497,67 +512,107 @@ class KubeRayBackend:
 
     def _start_informers(self, cache: Cache, inbox: queue.Queue[Message]) -> list[Informer]:
         """List everything once, here, so that errors (no KubeRay, RBAC) raise to the
-        caller; the informers then watch from those resourceVersions."""
-        ns, custom, core = self.namespace, self.custom, self.core
-        calls: dict[str, tuple[Callable[..., Any], Call]] = {
+        caller; the informers then watch from those resourceVersions. One set of three
+        per watched namespace, or one cluster-wide set, all into the same queue."""
+        informers = []
+        for scope in self.scopes:
+            calls = self._list_calls(scope, f"{MANAGED_BY_LABEL}={MANAGED_BY}")
+            for kind, (list_call, call) in calls.items():
+                try:
+                    with api_errors(call):
+                        body = self._json(list_call)
+                except Exception as exc:
+                    if kind == "events" and getattr(exc, "status", None) == 403:
+                        continue  # optional, as in _warnings
+                    raise
+                cache.apply(_synced(kind, body.get("items") or [], scope))
+                version = str(body["metadata"]["resourceVersion"])
+                informers.append(Informer(kind, list_call, inbox, version, _describer(call), scope))
+        return informers
+
+    def _list_calls(
+        self, scope: str | None, selector: str
+    ) -> dict[str, tuple[Callable[..., Any], Call]]:
+        """The list (and watch) requests of RayClusters (matching `selector`), Ray pods
+        and RayCluster warnings in namespace `scope`, or in every namespace for None."""
+        custom, core = self.custom, self.core
+        where = scope or ALL_NAMESPACES
+        if scope is None:
+            return {
+                "rayclusters": (
+                    lambda **kw: custom.list_cluster_custom_object(
+                        *RAY, PLURAL, label_selector=selector, **kw
+                    ),
+                    self._call("list", PLURAL, namespace=where),
+                ),
+                "pods": (
+                    lambda **kw: core.list_pod_for_all_namespaces(label_selector=RAY_PODS, **kw),
+                    self._call("list", "pods", namespace=where),
+                ),
+                "events": (
+                    lambda **kw: core.list_event_for_all_namespaces(
+                        field_selector=RAYCLUSTER_WARNINGS, **kw
+                    ),
+                    self._call("list", "events", namespace=where),
+                ),
+            }
+        return {
             "rayclusters": (
                 lambda **kw: custom.list_namespaced_custom_object(
-                    *RAY, ns, PLURAL, label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY}", **kw
+                    *RAY, scope, PLURAL, label_selector=selector, **kw
                 ),
-                self._call("list", PLURAL),
+                self._call("list", PLURAL, namespace=where),
             ),
             "pods": (
-                lambda **kw: core.list_namespaced_pod(ns, label_selector=RAY_PODS, **kw),
-                self._call("list", "pods"),
+                lambda **kw: core.list_namespaced_pod(scope, label_selector=RAY_PODS, **kw),
+                self._call("list", "pods", namespace=where),
             ),
             "events": (
                 lambda **kw: core.list_namespaced_event(
-                    ns, field_selector=RAYCLUSTER_WARNINGS, **kw
+                    scope, field_selector=RAYCLUSTER_WARNINGS, **kw
                 ),
-                self._call("list", "events"),
+                self._call("list", "events", namespace=where),
             ),
         }
-        informers = []
-        for kind, (list_call, call) in calls.items():
-            try:
-                with api_errors(call):
-                    body = self._json(list_call)
-            except Exception as exc:
-                if kind == "events" and getattr(exc, "status", None) == 403:
-                    continue  # optional, as in _warnings
-                raise
-            cache.apply(_synced(kind, body.get("items") or []))
-            version = str(body["metadata"]["resourceVersion"])
-            informers.append(Informer(kind, list_call, inbox, version, _describer(call)))
-        return informers
+
+    def _optional_events(self, list_call: Callable[..., Any], call: Call) -> list[dict[str, Any]]:
+        """Warning events, optional reading: without the right to list them, refusals
+        just show less."""
+        try:
+            items: list[dict[str, Any]] = self._json(list_call)["items"]
+        except Exception as exc:
+            if getattr(exc, "status", None) == 403:
+                return []
+            raise translate(exc, call) or exc from None
+        return items
 
     def _emit(
-        self, name: str, cache: Cache, last: dict[str, ClusterInfo], due: dict[str, float]
+        self, key: Key, cache: Cache, last: dict[Key, ClusterInfo], due: dict[Key, float]
     ) -> Iterator[ClusterEvent]:
-        obj = cache.clusters.get(name)
-        before = last.get(name)
-        due.pop(name, None)
+        obj = cache.clusters.get(key)
+        before = last.get(key)
+        due.pop(key, None)
         if obj is None:
             if before is not None:
-                del last[name]
+                del last[key]
                 yield ClusterEvent("DELETED", before)
             return
         now = time.time()
         deadline = operator_deadline(obj)
         if deadline is not None and deadline > now:
-            due[name] = deadline
-        info = cluster_info(obj, cache.pods_of(name), cache.warnings_of(name),
+            due[key] = deadline
+        info = cluster_info(obj, cache.pods_of(key), cache.warnings_of(key),
                             in_cluster=in_cluster(), now=now)  # fmt: skip
         if info == before:
             return
-        last[name] = info
+        last[key] = info
         yield ClusterEvent("ADDED" if before is None else "MODIFIED", info)
 
 
-def _synced(kind: str, items: list[dict[str, Any]]) -> Message:
+def _synced(kind: str, items: list[dict[str, Any]], namespace: str | None = None) -> Message:
     from .kuberay_watch import Synced
 
-    return Synced(kind, items)
+    return Synced(kind, items, namespace)
 
 
 def _describer(call: Call) -> Callable[[BaseException], str]:

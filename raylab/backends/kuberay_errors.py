@@ -24,6 +24,10 @@ _OBJECT_REPR = re.compile(r"(<[^>]*>|\w+Connection\([^)]*\)): ")
 _ERRNO = re.compile(r"\[Errno -?\d+\] ")
 
 
+# Call.namespace of a cluster-wide request (admin_watch_namespaces = ["*"]).
+ALL_NAMESPACES = "*"
+
+
 @dataclass(frozen=True)
 class Call:
     """What a request was doing, for the message."""
@@ -132,6 +136,13 @@ def kuberay_missing(call: Call) -> BackendUnavailable:
 
 def forbidden(call: Call, message: str) -> Forbidden:
     what = f"{call.resource}.{call.group}" if call.group else call.resource
+    if call.namespace == ALL_NAMESPACES:  # an admin's cluster-wide overview
+        return Forbidden(
+            f"Kubernetes does not allow you to {call.verb} {what} in every namespace",
+            detail=f"ask your admin to bind the ClusterRole raylab-admin-overview of "
+            f"{RBAC_DOC} to you, or list namespaces in admin_watch_namespaces "
+            f"(the API server said: {message})",
+        )
     return Forbidden(
         f"Kubernetes does not allow you to {call.verb} {what} in namespace {call.namespace!r}",
         detail=f"ask your admin to grant the Role in {RBAC_DOC} in that namespace "

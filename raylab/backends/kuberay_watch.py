@@ -37,6 +37,9 @@ class Synced:
 
     kind: str
     items: list[dict[str, Any]]
+    # The one namespace the list covered (None: all): an admin's watch runs one informer
+    # set per namespace, and one namespace's relist must not drop the others' clusters.
+    namespace: str | None = None
 
 
 @dataclass(frozen=True)
@@ -63,9 +66,11 @@ class Informer(threading.Thread):
         out: queue.Queue[Message],
         resource_version: str | None = None,
         describe: Callable[[BaseException], str] | None = None,
+        namespace: str | None = None,
     ) -> None:
         super().__init__(name=f"raylab-watch-{kind}", daemon=True)
         self.kind = kind
+        self.namespace = namespace  # what list_call covers; None: every namespace
         self._list = list_call
         self._out = out
         self._version = resource_version
@@ -119,7 +124,7 @@ class Informer(threading.Thread):
     def _relist(self) -> str:
         response = self._list(_preload_content=False, _request_timeout=(CONNECT_TIMEOUT, 60))
         body = json.loads(response.data)
-        self._out.put(Synced(self.kind, list(body.get("items") or [])))
+        self._out.put(Synced(self.kind, list(body.get("items") or []), self.namespace))
         return str(body["metadata"]["resourceVersion"])
 
     def _watch(self, version: str) -> str:
@@ -160,61 +165,80 @@ class Informer(threading.Thread):
             response.release_conn()
 
 
+# A cluster's key: (namespace, name). An admin's watch spans namespaces, where two users'
+# clusters may share a name.
+Key = tuple[str, str]
+
+
 @dataclass
 class Cache:
-    """The RayClusters, their pods and their validation warnings, as the watches see them."""
+    """The RayClusters, their pods and their validation warnings, as the watches see them,
+    each keyed by its cluster's (namespace, name)."""
 
-    clusters: dict[str, dict[str, Any]] = field(default_factory=dict)
-    pods: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # cluster -> pods
-    warnings: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    clusters: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    pods: dict[Key, dict[str, dict[str, Any]]] = field(default_factory=dict)  # cluster -> pods
+    warnings: dict[Key, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
-    def apply(self, message: Message) -> set[str]:
-        """Fold one message in; returns the names of the clusters it may have changed."""
+    def apply(self, message: Message) -> set[Key]:
+        """Fold one message in; returns the keys of the clusters it may have changed."""
         if isinstance(message, Synced):
-            return self._sync(message.kind, message.items)
+            return self._sync(message.kind, message.items, message.namespace)
         return self._change(message.kind, message.type, message.obj)
 
-    def pods_of(self, name: str) -> list[dict[str, Any]]:
-        return list(self.pods.get(name, {}).values())
+    def pods_of(self, key: Key) -> list[dict[str, Any]]:
+        return list(self.pods.get(key, {}).values())
 
-    def warnings_of(self, name: str) -> list[dict[str, Any]]:
-        return list(self.warnings.get(name, {}).values())
+    def warnings_of(self, key: Key) -> list[dict[str, Any]]:
+        return list(self.warnings.get(key, {}).values())
 
-    def _sync(self, kind: str, items: list[dict[str, Any]]) -> set[str]:
-        if kind == "rayclusters":
-            before = set(self.clusters)
-            self.clusters = {_name(o): o for o in items}
-            return before | set(self.clusters)
-        table = self.pods if kind == "pods" else self.warnings
-        touched = set(table)
-        table.clear()
+    def _sync(self, kind: str, items: list[dict[str, Any]], namespace: str | None) -> set[Key]:
+        tables: dict[str, dict[Key, Any]] = {
+            "rayclusters": self.clusters,
+            "pods": self.pods,
+            "events": self.warnings,
+        }
+        table = tables[kind]
+        touched = {k for k in table if namespace is None or k[0] == namespace}
+        for key in touched:
+            del table[key]
         for obj in items:
             touched |= self._change(kind, "ADDED", obj)
         return touched
 
-    def _change(self, kind: str, type_: str, obj: dict[str, Any]) -> set[str]:
+    def _change(self, kind: str, type_: str, obj: dict[str, Any]) -> set[Key]:
         if kind == "rayclusters":
             if type_ == "DELETED":
-                self.clusters.pop(_name(obj), None)
+                self.clusters.pop(key_of(obj), None)
             else:
-                self.clusters[_name(obj)] = obj
-            return {_name(obj)}
+                self.clusters[key_of(obj)] = obj
+            return {key_of(obj)}
+        meta = obj.get("metadata") or {}
         if kind == "pods":
-            cluster = ((obj.get("metadata") or {}).get("labels") or {}).get("ray.io/cluster")
+            # KubeRay's pods live in their cluster's namespace.
+            name = (meta.get("labels") or {}).get("ray.io/cluster")
+            namespace = meta.get("namespace")
             table = self.pods
         else:
             if not is_validation_warning(obj):
                 return set()
-            cluster = (obj.get("involvedObject") or {}).get("name")
+            involved = obj.get("involvedObject") or {}
+            name = involved.get("name")
+            namespace = involved.get("namespace") or meta.get("namespace")
             table = self.warnings
-        if not cluster:
+        if not name:
             return set()
+        cluster = (str(namespace or ""), str(name))
         entries = table.setdefault(cluster, {})
         if type_ == "DELETED":
             entries.pop(_name(obj), None)
         else:
             entries[_name(obj)] = obj
         return {cluster}
+
+
+def key_of(obj: Mapping[str, Any]) -> Key:
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
 
 
 def _name(obj: Mapping[str, Any]) -> str:
