@@ -1,0 +1,154 @@
+"""An admin's KubeRay backend watching every namespace, with the ClusterRole of
+docs/kubernetes-rbac.md bound to its service account, against the real API server and
+operator: alice's and bob's clusters, both named `exp`, in their own namespaces."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from controlplane import call_json, wait_until
+from kubernetes import client as k8s_client
+
+from raylab.backends.kuberay import KubeRayBackend
+from raylab.errors import Forbidden
+from raylab.model import ClusterInfo, Phase
+from raylab.spec import ClusterSpec
+
+from .kuberay_support import Recorder, documented_rbac, grant, new_namespace, settings
+
+SETTINGS = settings()
+
+
+def spec(name: str, workers: int) -> ClusterSpec:
+    fields = {"name": name, "cpus": "1", "memory": "1Gi", "workers": workers}
+    return ClusterSpec.from_mapping(fields, SETTINGS.profiles)
+
+
+@pytest.fixture(scope="module")
+def spaces(admin_api: k8s_client.ApiClient) -> Iterator[tuple[str, str, str]]:
+    """(the admin's own namespace, alice's, bob's)."""
+    with (
+        new_namespace(admin_api, "rl-adm") as home,
+        new_namespace(admin_api, "rl-alice") as a,
+        new_namespace(admin_api, "rl-bob") as b,
+    ):
+        grant(admin_api, a, "alice")
+        grant(admin_api, b, "bob")
+        yield home, a, b
+
+
+def account_client(admin_api: k8s_client.ApiClient, namespace: str, name: str) -> Any:
+    """An ApiClient of a new service account, as the admin's single-user pod would have."""
+    core = k8s_client.CoreV1Api(admin_api)
+    call_json(core.create_namespaced_service_account, namespace, {"metadata": {"name": name}})
+    request = {"spec": {"expirationSeconds": 3600}}
+    token = call_json(core.create_namespaced_service_account_token, name, namespace, request)
+    base = admin_api.configuration
+    conf = k8s_client.Configuration()
+    conf.host, conf.ssl_ca_cert = base.host, base.ssl_ca_cert
+    conf.api_key = {"authorization": f"Bearer {token['status']['token']}"}
+    return k8s_client.ApiClient(conf)
+
+
+@pytest.fixture(scope="module")
+def overseer(admin_api: k8s_client.ApiClient, spaces: tuple[str, str, str]) -> Iterator[Any]:
+    """The admin's service account, with the documented ClusterRole and its binding."""
+    home = spaces[0]
+    api = account_client(admin_api, home, "raylab-admin")
+    docs = documented_rbac()
+    role, binding = docs["ClusterRole"], docs["ClusterRoleBinding"]
+    binding["subjects"][0]["namespace"] = home
+    rbac = k8s_client.RbacAuthorizationV1Api(admin_api)
+    call_json(rbac.create_cluster_role, role)
+    call_json(rbac.create_cluster_role_binding, binding)
+    user = f"system:serviceaccount:{home}:raylab-admin"
+    attributes = {"verb": "watch", "group": "ray.io", "resource": "rayclusters"}
+
+    def allowed() -> bool:
+        review = {"spec": {"user": user, "resourceAttributes": attributes}}
+        auth = k8s_client.AuthorizationV1Api(admin_api)
+        return bool(call_json(auth.create_subject_access_review, review)["status"]["allowed"])
+
+    wait_until("the admin may watch rayclusters everywhere", allowed, timeout=30)
+    try:
+        yield api
+    finally:
+        api.close()
+        with contextlib.suppress(Exception):
+            call_json(rbac.delete_cluster_role_binding, binding["metadata"]["name"])
+        with contextlib.suppress(Exception):
+            call_json(rbac.delete_cluster_role, role["metadata"]["name"])
+
+
+def latest(recorder: Recorder, namespace: str, name: str) -> tuple[str, ClusterInfo] | None:
+    """The last event the watch yielded for that cluster: (type, what it said)."""
+    found = [e for e in list(recorder.events)
+             if (e.cluster.namespace, e.cluster.name) == (namespace, name)]  # fmt: skip
+    return (found[-1].type, found[-1].cluster) if found else None
+
+
+def test_an_admin_watch_sees_every_namespace_and_tells_same_names_apart(
+    alice_api: k8s_client.ApiClient,
+    bob_api: k8s_client.ApiClient,
+    overseer: Any,
+    spaces: tuple[str, str, str],
+) -> None:
+    home, a, b = spaces
+    alice = KubeRayBackend(SETTINGS, api_client=alice_api, namespace=a)
+    bob = KubeRayBackend(SETTINGS, api_client=bob_api, namespace=b)
+    alice.create(spec("exp", workers=1), "alice")
+    admin = KubeRayBackend(SETTINGS, api_client=overseer, namespace=home, watch_namespaces=["*"])
+    recorder = Recorder(admin)
+    try:
+        # bob's cluster, of the same name, made while the admin is already watching.
+        wait_until("the admin sees alice's exp", lambda: latest(recorder, a, "exp"), 60, 0.1)
+        bob.create(spec("exp", workers=0), "bob")
+
+        def ready(namespace: str) -> ClusterInfo | None:
+            event = latest(recorder, namespace, "exp")
+            return event[1] if event and event[1].phase == Phase.READY else None
+
+        mine = wait_until("alice's exp Ready, seen by the admin", lambda: ready(a), 90, 0.2)
+        his = wait_until("bob's exp Ready, seen by the admin", lambda: ready(b), 90, 0.2)
+        # Each with its owner and its own pods: alice's worker is not counted for bob.
+        assert (mine.owner, mine.workers_ready, mine.head_ready) == ("alice", 1, True)
+        assert (his.owner, his.workers_ready, his.head_ready) == ("bob", 0, True)
+
+        listed = [(i.namespace, i.name, i.owner) for i in admin.clusters()
+                  if i.namespace in spaces]  # fmt: skip
+        assert listed == [(a, "exp", "alice"), (b, "exp", "bob")]
+        # Listing namespaces by name: only those (and its own).
+        only_alice = KubeRayBackend(
+            SETTINGS, api_client=overseer, namespace=home, watch_namespaces=[a]
+        )
+        assert [(i.namespace, i.owner) for i in only_alice.clusters()] == [(a, "alice")]
+
+        bob.delete("exp", propagation="Background")
+        wait_until(
+            "the admin sees bob's exp go",
+            lambda: (latest(recorder, b, "exp") or ("",))[0] == "DELETED",
+            60,
+            0.1,
+        )
+        assert (latest(recorder, a, "exp") or ("",))[0] != "DELETED"
+        assert [(i.namespace, i.owner) for i in admin.clusters() if i.namespace in spaces] == [
+            (a, "alice")
+        ]
+    finally:
+        recorder.close()
+        alice.delete("exp", propagation="Background")
+
+
+def test_without_the_cluster_role_the_admin_is_told_what_to_bind(
+    admin_api: k8s_client.ApiClient, spaces: tuple[str, str, str]
+) -> None:
+    home = spaces[0]
+    with account_client(admin_api, home, "unbound-admin") as api:
+        backend = KubeRayBackend(SETTINGS, api_client=api, namespace=home, watch_namespaces=["*"])
+        with pytest.raises(Forbidden) as err:
+            backend.clusters()
+    assert "list rayclusters.ray.io in every namespace" in err.value.message
+    assert "raylab-admin-overview" in str(err.value.detail)
