@@ -119,19 +119,22 @@ class ClusterService:
             return self.backend.clusters()
         return self.backend.clusters(owner=self.user)
 
-    def get(self, name: str) -> ClusterInfo:
+    def get(self, name: str, *, namespace: str | None = None) -> ClusterInfo:
+        """`namespace`: another user's namespace, which only an admin's backend watches
+        (None: the backend's own)."""
         validate_name(name)
-        info = self.backend.get(name)
+        info = self.backend.get(name, namespace=namespace)
         if info is None or not self._may_see(info):
+            where = f" in namespace {namespace!r}" if namespace else ""
             raise NotFound(
-                f"no cluster named {name!r}",
+                f"no cluster named {name!r}{where}",
                 detail="`%raycluster list` shows your clusters",
             )
         return info
 
-    def logs(self, name: str, tail: int = 200) -> str:
-        self.get(name)
-        return self.backend.logs(name, tail)
+    def logs(self, name: str, tail: int = 200, *, namespace: str | None = None) -> str:
+        self.get(name, namespace=namespace)
+        return self.backend.logs(name, tail, namespace=namespace)
 
     def auth_token(self, name: str) -> str | None:
         """The cluster's Ray token, for its owner only: with it, Ray runs any code as the
@@ -191,12 +194,12 @@ class ClusterService:
                 spec = ClusterSpec(**{**spec.to_json(), "name": generate_name()})
         raise Conflict("could not find a free cluster name; pass --name")
 
-    def delete(self, name: str) -> None:
-        self.get(name)
-        self.backend.delete(name)
+    def delete(self, name: str, *, namespace: str | None = None) -> None:
+        self.get(name, namespace=namespace)
+        self.backend.delete(name, namespace=namespace)
 
-    def scale(self, name: str, workers: object) -> ClusterInfo:
-        info = self.get(name)
+    def scale(self, name: str, workers: object, *, namespace: str | None = None) -> ClusterInfo:
+        info = self.get(name, namespace=namespace)
         workers = whole_number(workers, "workers", 0, MAX_WORKERS)
         spec = info.spec
         if spec.gpus and workers == 0:
@@ -208,29 +211,33 @@ class ClusterService:
                 f"{spec.min_workers}..{spec.max_workers}",
             )
         self._check_quota(spec.with_workers(workers), replacing=info)
-        return self.backend.scale(name, workers)
+        return self.backend.scale(name, workers, namespace=namespace)
 
-    def set_environment(self, name: str, environment: ClusterEnvironment) -> ClusterInfo:
-        info = self.get(name)
+    def set_environment(
+        self, name: str, environment: ClusterEnvironment, *, namespace: str | None = None
+    ) -> ClusterInfo:
+        info = self.get(name, namespace=namespace)
         if info.environment == environment:
             return info
-        return self.backend.set_environment(name, environment)
+        return self.backend.set_environment(name, environment, namespace=namespace)
 
-    def set_suspended(self, name: str, suspended: bool) -> ClusterInfo:
-        self.get(name)
-        return self.backend.set_suspended(name, suspended)
+    def set_suspended(
+        self, name: str, suspended: bool, *, namespace: str | None = None
+    ) -> ClusterInfo:
+        self.get(name, namespace=namespace)
+        return self.backend.set_suspended(name, suspended, namespace=namespace)
 
-    def keep_running(self, name: str) -> ClusterInfo:
+    def keep_running(self, name: str, *, namespace: str | None = None) -> ClusterInfo:
         """Restart the idle clock of a running cluster (the warning's Keep running)."""
-        info = self.get(name)
+        info = self.get(name, namespace=namespace)
         if info.phase in (Phase.SUSPENDED, Phase.DELETING):
             raise Conflict(
                 f"cluster {name!r} is {info.phase}: nothing to keep running",
                 detail=f"`%raycluster resume {name}` starts it again",
             )
         if info.idle != IdleState():
-            self.backend.update_idle(name, IdleState())
-        return self.get(name)
+            self.backend.update_idle(name, IdleState(), namespace=namespace)
+        return self.get(name, namespace=namespace)
 
     # --- waiting ------------------------------------------------------------------
 

@@ -21,7 +21,12 @@ class ClusterEvent:
 
 
 class Backend(Protocol):
-    """Operations on clusters. Ownership and quotas are the service's job, not the backend's."""
+    """Operations on clusters. Ownership and quotas are the service's job, not the backend's.
+
+    The per-cluster calls take the cluster's `namespace` (None: the backend's own), for an
+    admin's backend that watches other users' namespaces too; the local backend has no
+    namespaces and ignores it.
+    """
 
     name: str
     # Whether a node that exited comes back by itself (KubeRay: the kubelet restarts its
@@ -38,21 +43,25 @@ class Backend(Protocol):
         when the name is taken."""
         ...
 
-    def set_environment(self, name: str, environment: ClusterEnvironment) -> ClusterInfo:
+    def set_environment(
+        self, name: str, environment: ClusterEnvironment, *, namespace: str | None = None
+    ) -> ClusterInfo:
         """Remember the Ray environment that connects to this cluster apply."""
         ...
 
-    def get(self, name: str) -> ClusterInfo | None: ...
+    def get(self, name: str, *, namespace: str | None = None) -> ClusterInfo | None: ...
 
     def clusters(self, owner: str | None = None) -> list[ClusterInfo]:
         """Every cluster (or `owner`'s), newest state."""
         ...
 
-    def delete(self, name: str) -> None: ...
+    def delete(self, name: str, *, namespace: str | None = None) -> None: ...
 
-    def scale(self, name: str, workers: int) -> ClusterInfo: ...
+    def scale(self, name: str, workers: int, *, namespace: str | None = None) -> ClusterInfo: ...
 
-    def set_suspended(self, name: str, suspended: bool) -> ClusterInfo:
+    def set_suspended(
+        self, name: str, suspended: bool, *, namespace: str | None = None
+    ) -> ClusterInfo:
         """Suspend or resume; either empties the cluster's idle state."""
         ...
 
@@ -63,13 +72,14 @@ class Backend(Protocol):
         *,
         expected: IdleState | None = None,
         suspend: bool = False,
+        namespace: str | None = None,
     ) -> bool:
         """Store the culler's idle state on the cluster if what is stored is still
         `expected` (None: unconditionally); with `suspend`, suspend it in the same write.
         False when the cluster changed meanwhile (nothing written) or is gone."""
         ...
 
-    def logs(self, name: str, tail: int = 200) -> str: ...
+    def logs(self, name: str, tail: int = 200, *, namespace: str | None = None) -> str: ...
 
     def auth_token(self, name: str) -> str | None:
         """The cluster's Ray token (None: a cluster made with token auth off). Only the

@@ -143,12 +143,14 @@ class KubeRayBackend:
         self.security.adopt(made, obj)
         return cluster_info(obj, in_cluster=in_cluster())
 
-    def get(self, name: str) -> ClusterInfo | None:
-        obj = self._read(name)
+    def get(self, name: str, *, namespace: str | None = None) -> ClusterInfo | None:
+        """`namespace`: where the cluster is, for an admin's; None: this backend's own."""
+        ns = namespace or self.namespace
+        obj = self._read(name, ns)
         if obj is None:
             return None
-        pods = self._pods(f"{RAY_PODS}={name}")
-        warnings = self._warnings(name) if _maybe_refused(obj) else []
+        pods = self._pods(f"{RAY_PODS}={name}", ns)
+        warnings = self._warnings(name, ns) if _maybe_refused(obj) else []
         return cluster_info(obj, pods, warnings, in_cluster=in_cluster())
 
     def clusters(self, owner: str | None = None) -> list[ClusterInfo]:
@@ -177,20 +179,24 @@ class KubeRayBackend:
         mine = [i for i in infos if owner is None or i.owner == owner]
         return sorted(mine, key=lambda i: (i.name, i.namespace or ""))
 
-    def delete(self, name: str, propagation: str = "Foreground") -> None:
+    def delete(
+        self, name: str, propagation: str = "Foreground", *, namespace: str | None = None
+    ) -> None:
         """Delete the RayCluster; Kubernetes' garbage collector removes its pods and Service.
 
         Foreground (the default) keeps the object, shown as Deleting, until its pods are
         gone; Background removes it at once and the pods follow.
         """
-        with api_errors(self._call("delete", PLURAL, name)):
+        ns = namespace or self.namespace
+        with api_errors(self._call("delete", PLURAL, name, namespace=ns)):
             self.custom.delete_namespaced_custom_object(
-                *RAY, self.namespace, PLURAL, name, propagation_policy=propagation,
+                *RAY, ns, PLURAL, name, propagation_policy=propagation,
                 _request_timeout=REQUEST_TIMEOUT,
             )  # fmt: skip
 
-    def scale(self, name: str, workers: int) -> ClusterInfo:
-        obj = self._require(name)
+    def scale(self, name: str, workers: int, *, namespace: str | None = None) -> ClusterInfo:
+        ns = namespace or self.namespace
+        obj = self._require(name, ns)
         index = worker_group_index(obj)
         if index is None:
             raise SpecError("workers", f"cluster {name!r} has no worker group to scale")
@@ -218,21 +224,26 @@ class KubeRayBackend:
                 {"op": "add", "path": f"/metadata/annotations/{key}",
                  "value": spec_annotation(spec)}
             )  # fmt: skip
-        return self._patch(name, patch, "application/json-patch+json")
+        return self._patch(name, patch, "application/json-patch+json", ns)
 
-    def set_environment(self, name: str, environment: ClusterEnvironment) -> ClusterInfo:
-        self._require(name)  # a merge patch of a missing object would say less
+    def set_environment(
+        self, name: str, environment: ClusterEnvironment, *, namespace: str | None = None
+    ) -> ClusterInfo:
+        ns = namespace or self.namespace
+        self._require(name, ns)  # a merge patch of a missing object would say less
         patch = {"metadata": {"annotations": {ENVIRONMENT_ANNOTATION: environment.to_annotation()}}}
-        return self._patch(name, patch, "application/merge-patch+json")
+        return self._patch(name, patch, "application/merge-patch+json", ns)
 
-    def set_suspended(self, name: str, suspended: bool) -> ClusterInfo:
+    def set_suspended(
+        self, name: str, suspended: bool, *, namespace: str | None = None
+    ) -> ClusterInfo:
         # A user's suspend or resume also empties the idle state: no idle reason shown,
         # and a resumed cluster's idle clock starts again.
         body = {
             "spec": {"suspend": suspended},
             "metadata": {"annotations": {IDLE_ANNOTATION: idle_annotation(IdleState())}},
         }
-        return self._patch(name, body, "application/merge-patch+json")
+        return self._patch(name, body, "application/merge-patch+json", namespace or self.namespace)
 
     def update_idle(
         self,
@@ -241,6 +252,7 @@ class KubeRayBackend:
         *,
         expected: IdleState | None = None,
         suspend: bool = False,
+        namespace: str | None = None,
     ) -> bool:
         """Store the culler's idle state if the annotation still holds `expected` (None:
         whatever it holds), and with `suspend`, suspend the cluster in the same patch.
@@ -261,10 +273,11 @@ class KubeRayBackend:
         if suspend:
             # A user's own suspend empties the annotation, so the `test` fails then.
             patch.append({"op": "add", "path": "/spec/suspend", "value": True})
-        call = self._call("patch", PLURAL, name)
+        ns = namespace or self.namespace
+        call = self._call("patch", PLURAL, name, namespace=ns)
         try:
             self.custom.patch_namespaced_custom_object(
-                *RAY, self.namespace, PLURAL, name, patch,
+                *RAY, ns, PLURAL, name, patch,
                 _content_type="application/json-patch+json", _request_timeout=REQUEST_TIMEOUT,
             )  # fmt: skip
         except ApiException as exc:
@@ -275,18 +288,19 @@ class KubeRayBackend:
             raise translate(exc, call) or exc from None
         return True
 
-    def logs(self, name: str, tail: int = 200) -> str:
-        obj = self._require(name)
-        heads = self._pods(f"{RAY_PODS}={name},ray.io/node-type=head")
+    def logs(self, name: str, tail: int = 200, *, namespace: str | None = None) -> str:
+        ns = namespace or self.namespace
+        obj = self._require(name, ns)
+        heads = self._pods(f"{RAY_PODS}={name},ray.io/node-type=head", ns)
         if not heads:
             phase = derive_status(obj).phase
             return f"{name} has no head pod yet (phase {phase}): no log to show.\n"
         head = sorted(heads, key=lambda p: not pod_ready(p))[0]["metadata"]["name"]
-        call = self._call("get", "pods/log", head)
+        call = self._call("get", "pods/log", head, namespace=ns)
         try:
             read_log: Callable[..., Any] = self.core.read_namespaced_pod_log
             response = read_log(
-                head, self.namespace, container=HEAD_CONTAINER, tail_lines=tail,
+                head, ns, container=HEAD_CONTAINER, tail_lines=tail,
                 _preload_content=False, _request_timeout=REQUEST_TIMEOUT,
             )  # fmt: skip
         except Exception as exc:
@@ -446,15 +460,16 @@ class KubeRayBackend:
         kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
         return json.loads(method(*args, _preload_content=False, **kwargs).data)
 
-    def _read(self, name: str) -> dict[str, Any] | None:
+    def _read(self, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         from kubernetes.client.exceptions import ApiException
 
         from .kuberay_errors import is_missing_api
 
-        call = self._call("get", PLURAL, name)
+        ns = namespace or self.namespace
+        call = self._call("get", PLURAL, name, namespace=ns)
         try:
             obj: dict[str, Any] = self._json(
-                self.custom.get_namespaced_custom_object, *RAY, self.namespace, PLURAL, name
+                self.custom.get_namespaced_custom_object, *RAY, ns, PLURAL, name
             )
         except ApiException as exc:
             if exc.status == 404 and not is_missing_api(exc):
@@ -466,40 +481,39 @@ class KubeRayBackend:
         # Another tool's RayCluster in the same namespace is not raylab's to show.
         return obj if labels.get(MANAGED_BY_LABEL) == MANAGED_BY else None
 
-    def _require(self, name: str) -> dict[str, Any]:
-        obj = self._read(name)
+    def _require(self, name: str, namespace: str | None = None) -> dict[str, Any]:
+        ns = namespace or self.namespace
+        obj = self._read(name, ns)
         if obj is None:
-            raise NotFound(f"no cluster named {name!r} in namespace {self.namespace!r}")
+            raise NotFound(f"no cluster named {name!r} in namespace {ns!r}")
         return obj
 
-    def _patch(self, name: str, body: Any, content_type: str) -> ClusterInfo:
-        with api_errors(self._call("patch", PLURAL, name)):
-            obj = self._json(self.custom.patch_namespaced_custom_object, *RAY, self.namespace,
+    def _patch(self, name: str, body: Any, content_type: str, namespace: str) -> ClusterInfo:
+        with api_errors(self._call("patch", PLURAL, name, namespace=namespace)):
+            obj = self._json(self.custom.patch_namespaced_custom_object, *RAY, namespace,
                              PLURAL, name, body, _content_type=content_type)  # fmt: skip
-        return cluster_info(obj, self._pods(f"{RAY_PODS}={name}"), in_cluster=in_cluster())
+        pods = self._pods(f"{RAY_PODS}={name}", namespace)
+        return cluster_info(obj, pods, in_cluster=in_cluster())
 
-    def _pods(self, selector: str) -> list[dict[str, Any]]:
-        with api_errors(self._call("list", "pods")):
+    def _pods(self, selector: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        ns = namespace or self.namespace
+        with api_errors(self._call("list", "pods", namespace=ns)):
             items: list[dict[str, Any]] = self._json(
-                self.core.list_namespaced_pod, self.namespace, label_selector=selector
+                self.core.list_namespaced_pod, ns, label_selector=selector
             )["items"]
         return items
 
-    def _warnings(self, name: str | None) -> list[dict[str, Any]]:
+    def _warnings(self, name: str | None, namespace: str | None = None) -> list[dict[str, Any]]:
         """The operator's Warning events on RayClusters (on `name`, or on all of them).
 
         Optional reading: without the right to list events, refusals just show less.
         """
+        ns = namespace or self.namespace
         selector = RAYCLUSTER_WARNINGS + (f",involvedObject.name={name}" if name else "")
-        try:
-            items: list[dict[str, Any]] = self._json(
-                self.core.list_namespaced_event, self.namespace, field_selector=selector
-            )["items"]
-        except Exception as exc:
-            if getattr(exc, "status", None) == 403:
-                return []
-            raise translate(exc, self._call("list", "events")) or exc from None
-        return items
+        call = self._call("list", "events", namespace=ns)
+        return self._optional_events(
+            lambda **kw: self.core.list_namespaced_event(ns, field_selector=selector, **kw), call
+        )
 
     def _running_head(self, name: str) -> str:
         heads = [p for p in self._pods(f"{RAY_PODS}={name},ray.io/node-type=head") if pod_ready(p)]

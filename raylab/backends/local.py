@@ -123,6 +123,7 @@ class LocalBackend:
     # exits after that, or never came up in its tries, stays down.
     restarts_nodes = False
     autoscales = False
+    # The per-cluster calls' `namespace` is ignored: this machine's clusters have none.
 
     def __init__(
         self, state_dir: Path, ray_executable: str | None = None, *, token_auth: bool = True
@@ -206,7 +207,7 @@ class LocalBackend:
             self._start_nodes(spec.name, state)
         return self._info(spec.name, state)
 
-    def get(self, name: str) -> ClusterInfo | None:
+    def get(self, name: str, *, namespace: str | None = None) -> ClusterInfo | None:
         state = self._read(name)
         return None if state is None else self._info(name, state)
 
@@ -218,7 +219,7 @@ class LocalBackend:
                 out.append(self._info(name, state))
         return out
 
-    def delete(self, name: str) -> None:
+    def delete(self, name: str, *, namespace: str | None = None) -> None:
         with self._lock():
             state = self._require(name)
             state.deleting = True
@@ -228,7 +229,7 @@ class LocalBackend:
         with self._lock():
             shutil.rmtree(self._dir(name), ignore_errors=True)
 
-    def scale(self, name: str, workers: int) -> ClusterInfo:
+    def scale(self, name: str, workers: int, *, namespace: str | None = None) -> ClusterInfo:
         with self._lock():
             state = self._require(name)
             current = [n for n in state.nodes if n.role == "worker"]
@@ -246,14 +247,18 @@ class LocalBackend:
             self._write(name, state)
             return self._info(name, state)
 
-    def set_environment(self, name: str, environment: ClusterEnvironment) -> ClusterInfo:
+    def set_environment(
+        self, name: str, environment: ClusterEnvironment, *, namespace: str | None = None
+    ) -> ClusterInfo:
         with self._lock():
             state = self._require(name)
             state.environment = environment
             self._write(name, state)
             return self._info(name, state)
 
-    def set_suspended(self, name: str, suspended: bool) -> ClusterInfo:
+    def set_suspended(
+        self, name: str, suspended: bool, *, namespace: str | None = None
+    ) -> ClusterInfo:
         with self._lock():
             state = self._require(name)
             if suspended == state.suspended:
@@ -275,6 +280,7 @@ class LocalBackend:
         *,
         expected: IdleState | None = None,
         suspend: bool = False,
+        namespace: str | None = None,
     ) -> bool:
         """Store the culler's idle state, if the stored one is still `expected` (None:
         whatever it is); with `suspend`, suspend the cluster in the same step."""
@@ -301,7 +307,7 @@ class LocalBackend:
         state.suspended = False
         self._start_nodes(name, state)
 
-    def logs(self, name: str, tail: int = 200) -> str:
+    def logs(self, name: str, tail: int = 200, *, namespace: str | None = None) -> str:
         state = self._require(name)
         head = next((n for n in state.nodes if n.role == "head"), None)
         if head is None:

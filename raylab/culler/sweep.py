@@ -96,7 +96,11 @@ class Culler:
             suspend = decision.action == Action.SUSPEND
             try:
                 ok = self.backend.update_idle(
-                    info.name, decision.idle, expected=info.idle, suspend=suspend
+                    info.name,
+                    decision.idle,
+                    expected=info.idle,
+                    suspend=suspend,
+                    namespace=info.namespace,
                 )
             except RaylabError as exc:
                 metrics.API_ERRORS.labels("culler", str(exc.status)).inc()

@@ -13,8 +13,9 @@ from controlplane import call_json, wait_until
 from kubernetes import client as k8s_client
 
 from raylab.backends.kuberay import KubeRayBackend
-from raylab.errors import Forbidden
+from raylab.errors import Forbidden, NotFound
 from raylab.model import ClusterInfo, Phase
+from raylab.service import ClusterService
 from raylab.spec import ClusterSpec
 
 from .kuberay_support import Recorder, documented_rbac, grant, new_namespace, settings
@@ -126,7 +127,21 @@ def test_an_admin_watch_sees_every_namespace_and_tells_same_names_apart(
         )
         assert [(i.namespace, i.owner) for i in only_alice.clusters()] == [(a, "alice")]
 
-        bob.delete("exp", propagation="Background")
+        # The admin manages bob's cluster in his namespace; the same name in its own
+        # namespace is nothing.
+        service = ClusterService(admin, SETTINGS, "root", admin=True)
+        with pytest.raises(NotFound, match="no cluster named 'exp'"):
+            service.get("exp")
+        assert service.set_suspended("exp", True, namespace=b).spec.name == "exp"
+        wait_until(
+            "the admin sees bob's exp suspended",
+            lambda: (latest(recorder, b, "exp") or ("", mine))[1].phase == Phase.SUSPENDED,
+            60,
+            0.1,
+        )
+        assert bob.get("exp").phase == Phase.SUSPENDED  # type: ignore[union-attr]
+        assert (latest(recorder, a, "exp") or ("", mine))[1].phase == Phase.READY
+        service.delete("exp", namespace=b)
         wait_until(
             "the admin sees bob's exp go",
             lambda: (latest(recorder, b, "exp") or ("",))[0] == "DELETED",
