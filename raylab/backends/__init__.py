@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import BackendUnavailable, SpecError
@@ -14,7 +15,8 @@ if TYPE_CHECKING:
 BACKENDS = ("local", "kuberay")
 
 
-def make_backend(name: str, settings: Settings) -> Backend:
+def make_backend(name: str, settings: Settings, watch_namespaces: Sequence[str] = ()) -> Backend:
+    """`watch_namespaces`: what an admin's KubeRay backend also watches (["*"]: all)."""
     if name == "local":
         from .local import LocalBackend
 
@@ -29,6 +31,6 @@ def make_backend(name: str, settings: Settings) -> Backend:
                     detail="use --backend local",
                 ) from None
             raise
-        backend: Backend = kuberay.KubeRayBackend(settings)
+        backend: Backend = kuberay.KubeRayBackend(settings, watch_namespaces=watch_namespaces)
         return backend
     raise SpecError("backend", f"unknown backend {name!r}; choose one of: {', '.join(BACKENDS)}")

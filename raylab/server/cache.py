@@ -30,10 +30,20 @@ Message = dict[str, Any]
 FORGET_DELETED_S = 300.0
 
 
-def cluster_json(info: ClusterInfo) -> dict[str, Any]:
-    """A cluster as the REST API and the event stream show it."""
+def cache_key(namespace: str | None, name: str) -> str:
+    """`namespace/name`: an admin's server watches other users' namespaces too, where
+    alice's and bob's clusters may share a name. The local backend has no namespaces."""
+    return f"{namespace}/{name}" if namespace else name
+
+
+def cluster_json(info: ClusterInfo, home: str | None = None) -> dict[str, Any]:
+    """A cluster as the REST API and the event stream show it (`namespace` included).
+
+    The dashboard proxy serves clusters of this server's own namespace (`home`) only.
+    """
     body = info.to_json()
-    body["dashboard_path"] = f"raylab/clusters/{info.name}/dashboard/"
+    mine = info.namespace is None or home is None or info.namespace == home
+    body["dashboard_path"] = f"raylab/clusters/{info.name}/dashboard/" if mine else None
     return body
 
 
@@ -46,9 +56,11 @@ class Subscriber:
 class ClusterCache:
     def __init__(self, backend: Backend, log: logging.Logger) -> None:
         self.backend = backend
+        # The backend's own namespace (KubeRay; None for local): where a name alone points.
+        self.home: str | None = getattr(backend, "namespace", None)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.log = log
-        self.clusters: dict[str, ClusterInfo] = {}
+        self.clusters: dict[str, ClusterInfo] = {}  # by cache_key
         # Each cluster's JSON, made once per change: a list of 1,000 clusters is then a
         # join, not 1,000 serializations per request.
         self.texts: dict[str, str] = {}
@@ -79,14 +91,19 @@ class ClusterCache:
     # --- reads --------------------------------------------------------------------
 
     def list(self, visible: Callable[[ClusterInfo], bool]) -> list[ClusterInfo]:
-        return sorted((c for c in self.clusters.values() if visible(c)), key=lambda c: c.name)
+        return sorted(
+            (c for c in self.clusters.values() if visible(c)),
+            key=lambda c: (c.name, c.namespace or ""),
+        )
 
-    def get(self, name: str) -> ClusterInfo | None:
-        return self.clusters.get(name)
+    def get(self, name: str, namespace: str | None = None) -> ClusterInfo | None:
+        """The cluster `name` in `namespace` (None: the backend's own)."""
+        return self.clusters.get(cache_key(namespace or self.home, name))
 
     def list_text(self, visible: Callable[[ClusterInfo], bool]) -> str:
         """The visible clusters as a JSON array, sorted by name."""
-        return "[" + ",".join(self.texts[c.name] for c in self.list(visible)) + "]"
+        texts = (self.texts[cache_key(c.namespace, c.name)] for c in self.list(visible))
+        return "[" + ",".join(texts) + "]"
 
     def subscribe(self, visible: Callable[[ClusterInfo], bool]) -> Subscriber:
         sub = Subscriber(asyncio.Queue(maxsize=10_000), visible)
@@ -102,11 +119,13 @@ class ClusterCache:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.synced.wait(), timeout)
 
-    def refresh(self, name: str) -> None:
+    def refresh(self, name: str, namespace: str | None = None) -> None:
         """Read one cluster from the backend now (after a write), so the writer and every
         subscriber see the change without waiting for the watch. Called off the loop."""
         started = time.monotonic()
-        self._hand_over(self._apply_refresh, (name, started, self.backend.get(name)))
+        info = self.backend.get(name, namespace=namespace)
+        key = cache_key(namespace or self.home, name)
+        self._hand_over(self._apply_refresh, (key, started, info))
 
     def status(self) -> Message:
         body = {"type": "STATUS", "available": self.error is None, "error": self.error}
@@ -144,12 +163,12 @@ class ClusterCache:
 
     def _replace(self, listed: tuple[float, builtins.list[ClusterInfo]]) -> None:
         at, snapshot = listed
-        fresh = {c.name: c for c in snapshot}
-        for name, old in list(self.clusters.items()):
-            if name not in fresh:
+        fresh = {cache_key(c.namespace, c.name): c for c in snapshot}
+        for key, old in list(self.clusters.items()):
+            if key not in fresh:
                 self._apply_watched((at, ClusterEvent("DELETED", old)))
-        for info in snapshot:
-            event = ClusterEvent("MODIFIED" if info.name in self.clusters else "ADDED", info)
+        for key, info in fresh.items():
+            event = ClusterEvent("MODIFIED" if key in self.clusters else "ADDED", info)
             self._apply_watched((at, event))
         self._set_error(None)
         self.synced.set()
@@ -159,10 +178,10 @@ class ClusterCache:
 
         at, event = arrived
         metrics.WATCH_EVENTS.labels(event.type).inc()
-        name = event.cluster.name
-        self._watched_at[name] = at
+        key = cache_key(event.cluster.namespace, event.cluster.name)
+        self._watched_at[key] = at
         if event.type == "DELETED":
-            self._deleted.append((at, name))
+            self._deleted.append((at, key))
         while self._deleted and self._deleted[0][0] < at - FORGET_DELETED_S:
             when, gone = self._deleted.popleft()
             if self._watched_at.get(gone) == when:
@@ -170,26 +189,27 @@ class ClusterCache:
         self._apply(event)
 
     def _apply_refresh(self, read: tuple[str, float, ClusterInfo | None]) -> None:
-        name, started, info = read
-        if self._watched_at.get(name, float("-inf")) >= started:
+        key, started, info = read
+        if self._watched_at.get(key, float("-inf")) >= started:
             return  # the watch spoke after this read began: the watch is as new or newer
         if info is not None:
             self._apply(ClusterEvent("MODIFIED", info))
-        elif name in self.clusters:
-            self._apply(ClusterEvent("DELETED", self.clusters[name]))
+        elif key in self.clusters:
+            self._apply(ClusterEvent("DELETED", self.clusters[key]))
 
     def _apply(self, event: ClusterEvent) -> None:
         info = event.cluster
-        before = self.clusters.get(info.name)
+        key = cache_key(info.namespace, info.name)
+        before = self.clusters.get(key)
         if event.type == "DELETED":
-            if self.clusters.pop(info.name, None) is None:
+            if self.clusters.pop(key, None) is None:
                 return
-            text = self.texts.pop(info.name)
+            text = self.texts.pop(key)
         else:
             if before == info:
                 return  # a re-list or resync that changed nothing
-            self.clusters[info.name] = info
-            text = self.texts[info.name] = json.dumps(cluster_json(info))
+            self.clusters[key] = info
+            text = self.texts[key] = json.dumps(cluster_json(info, self.home))
         kind = event.type if event.type == "DELETED" or before else "ADDED"
         message = {"type": kind, "text": f'{{"type": "{kind}", "cluster": {text}}}'}
         for sub in list(self._subscribers):

@@ -9,6 +9,7 @@ from jupyter_server.utils import url_path_join
 
 from ..backends import make_backend
 from ..config import Raylab, Settings
+from ..service import current_user, is_admin
 from .cache import ClusterCache
 from .culling import ServerCuller
 from .dashboard import DashboardProxyHandler
@@ -26,6 +27,8 @@ from .handlers import (
 
 # Any segment: the handlers validate it, so a bad name gets a 422 that says why.
 NAME = r"(?P<name>[^/]+)"
+# An admin's path to a cluster in another user's namespace (the overview across them).
+IN_NAMESPACE = url_path_join("namespaces", r"(?P<namespace>[^/]+)", "clusters", NAME)
 # Under <base_url>raylab/.
 ROUTES: list[tuple[str, Any]] = [
     ("profiles", ProfilesHandler),
@@ -36,6 +39,9 @@ ROUTES: list[tuple[str, Any]] = [
     (url_path_join("clusters", NAME), ClusterHandler),
     (url_path_join("clusters", NAME, "logs"), LogsHandler),
     (url_path_join("clusters", NAME, "keep-running"), KeepRunningHandler),
+    (IN_NAMESPACE, ClusterHandler),
+    (url_path_join(IN_NAMESPACE, "logs"), LogsHandler),
+    (url_path_join(IN_NAMESPACE, "keep-running"), KeepRunningHandler),
     (url_path_join("clusters", NAME, "dashboard") + r"/?(?P<path>.*)", DashboardProxyHandler),
     (r"(?P<path>.*)", NotFoundHandler),
 ]
@@ -52,7 +58,11 @@ class RaylabExtension(ExtensionApp):
     def initialize_handlers(self) -> None:
         assert self.serverapp is not None  # set by jupyter_server before this is called
         settings = Settings.from_config(self.serverapp.config)
-        backend = make_backend(settings.backend, settings)
+        # An admin's server also watches the namespaces named for the overview; groups are
+        # not known before a request, so only admin_users count here.
+        admin = is_admin(settings, current_user())
+        watch = settings.options.admin_watch_namespaces if admin else ()
+        backend = make_backend(settings.backend, settings, watch_namespaces=watch)
         self.cache = ClusterCache(backend, self.log)
         from .. import metrics
 

@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict
+from functools import partial
 from typing import Any, TypeVar
 
 from jupyter_server.auth.decorator import authorized
@@ -106,13 +107,24 @@ class RaylabHandler(APIHandler):
         user = self.username
         return lambda c: c.owner == user
 
-    def find(self, name: str) -> ClusterInfo:
+    def find(self, name: str, namespace: str | None = None) -> ClusterInfo:
         """A cluster the caller may see, from the cache; others' are simply not found."""
         validate_name(name)
-        info = self.cache.get(name)
+        info = self.cache.get(name, self.scope(name, namespace))
         if info is None or not (self.is_admin or info.owner == self.username):
             raise NotFound(f"no cluster named {name!r}")
         return info
+
+    def scope(self, name: str, namespace: str | None) -> str | None:
+        """The namespace of a `namespaces/NS/clusters/NAME` path: admins' only (their
+        overview spans users' namespaces); anyone else's is a plain 404, as for a name
+        they may not see."""
+        if namespace is not None and not self.is_admin:
+            raise NotFound(f"no cluster named {name!r}")
+        return namespace
+
+    def as_json(self, info: ClusterInfo) -> dict[str, Any]:
+        return cluster_json(info, self.cache.home)
 
     def json_body(self) -> dict[str, Any]:
         if len(self.request.body) > MAX_BODY:
@@ -180,19 +192,20 @@ class ClustersHandler(RaylabHandler):
         body = self.json_body()
         info, created = await self.blocking(self.service().create, body)
         await self.blocking(self.cache.refresh, info.name)
-        self.reply({"cluster": cluster_json(info)}, 201 if created else 200)
+        self.reply({"cluster": self.as_json(info)}, 201 if created else 200)
 
 
 class ClusterHandler(RaylabHandler):
     @web.authenticated
     @authorized
-    async def get(self, name: str) -> None:
+    async def get(self, name: str, namespace: str | None = None) -> None:
         await self.cache.wait_synced()
-        self.reply({"cluster": cluster_json(self.find(name))})
+        self.reply({"cluster": self.as_json(self.find(name, namespace))})
 
     @web.authenticated
     @authorized
-    async def patch(self, name: str) -> None:
+    async def patch(self, name: str, namespace: str | None = None) -> None:
+        ns = self.scope(name, namespace)
         body = self.json_body()
         unknown = sorted(set(body) - {"workers", "suspend"})
         if unknown or not body:
@@ -202,18 +215,20 @@ class ClusterHandler(RaylabHandler):
         if "suspend" in body:
             if not isinstance(body["suspend"], bool):
                 raise SpecError("suspend", "true or false")
-            info = await self.blocking(service.set_suspended, name, body["suspend"])
+            suspend = partial(service.set_suspended, namespace=ns)
+            info = await self.blocking(suspend, name, body["suspend"])
         if "workers" in body:
-            info = await self.blocking(service.scale, name, body["workers"])
+            info = await self.blocking(partial(service.scale, namespace=ns), name, body["workers"])
         assert info is not None
-        await self.blocking(self.cache.refresh, name)
-        self.reply({"cluster": cluster_json(info)})
+        await self.blocking(self.cache.refresh, name, ns)
+        self.reply({"cluster": self.as_json(info)})
 
     @web.authenticated
     @authorized
-    async def delete(self, name: str) -> None:
-        await self.blocking(self.service().delete, name)
-        await self.blocking(self.cache.refresh, name)
+    async def delete(self, name: str, namespace: str | None = None) -> None:
+        ns = self.scope(name, namespace)
+        await self.blocking(partial(self.service().delete, namespace=ns), name)
+        await self.blocking(self.cache.refresh, name, ns)
         self.set_status(204)
         self.finish()
 
@@ -224,13 +239,14 @@ class KeepRunningHandler(RaylabHandler):
 
     @web.authenticated
     @authorized
-    async def post(self, name: str) -> None:
+    async def post(self, name: str, namespace: str | None = None) -> None:
         from .. import metrics
 
-        info = await self.blocking(self.service().keep_running, name)
+        ns = self.scope(name, namespace)
+        info = await self.blocking(partial(self.service().keep_running, namespace=ns), name)
         metrics.KEEP_RUNNING.inc()
-        await self.blocking(self.cache.refresh, name)
-        self.reply({"cluster": cluster_json(info)})
+        await self.blocking(self.cache.refresh, name, ns)
+        self.reply({"cluster": self.as_json(info)})
 
 
 class UsageHandler(RaylabHandler):
@@ -269,11 +285,12 @@ class UsageHandler(RaylabHandler):
 class LogsHandler(RaylabHandler):
     @web.authenticated
     @authorized
-    async def get(self, name: str) -> None:
+    async def get(self, name: str, namespace: str | None = None) -> None:
+        ns = self.scope(name, namespace)
         tail = self.get_argument("tail", "200")
         if not (tail.isascii() and tail.isdigit()) or not 1 <= int(tail) <= 10_000:
             raise SpecError("tail", "a number of lines from 1 to 10000")
-        text = await self.blocking(self.service().logs, name, int(tail))
+        text = await self.blocking(partial(self.service().logs, namespace=ns), name, int(tail))
         self.reply({"name": name, "logs": text})
 
 

@@ -4,12 +4,11 @@ operator: alice's and bob's clusters, both named `exp`, in their own namespaces.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from controlplane import call_json, wait_until
+from controlplane import wait_until
 from kubernetes import client as k8s_client
 
 from raylab.backends.kuberay import KubeRayBackend
@@ -18,7 +17,8 @@ from raylab.model import ClusterInfo, Phase
 from raylab.service import ClusterService
 from raylab.spec import ClusterSpec
 
-from .kuberay_support import Recorder, documented_rbac, grant, new_namespace, settings
+from .admin_support import account_token, client_with, overview_admin, user_namespaces
+from .kuberay_support import Recorder, settings
 
 SETTINGS = settings()
 
@@ -30,58 +30,15 @@ def spec(name: str, workers: int) -> ClusterSpec:
 
 @pytest.fixture(scope="module")
 def spaces(admin_api: k8s_client.ApiClient) -> Iterator[tuple[str, str, str]]:
-    """(the admin's own namespace, alice's, bob's)."""
-    with (
-        new_namespace(admin_api, "rl-adm") as home,
-        new_namespace(admin_api, "rl-alice") as a,
-        new_namespace(admin_api, "rl-bob") as b,
-    ):
-        grant(admin_api, a, "alice")
-        grant(admin_api, b, "bob")
-        yield home, a, b
-
-
-def account_client(admin_api: k8s_client.ApiClient, namespace: str, name: str) -> Any:
-    """An ApiClient of a new service account, as the admin's single-user pod would have."""
-    core = k8s_client.CoreV1Api(admin_api)
-    call_json(core.create_namespaced_service_account, namespace, {"metadata": {"name": name}})
-    request = {"spec": {"expirationSeconds": 3600}}
-    token = call_json(core.create_namespaced_service_account_token, name, namespace, request)
-    base = admin_api.configuration
-    conf = k8s_client.Configuration()
-    conf.host, conf.ssl_ca_cert = base.host, base.ssl_ca_cert
-    conf.api_key = {"authorization": f"Bearer {token['status']['token']}"}
-    return k8s_client.ApiClient(conf)
+    with user_namespaces(admin_api) as made:
+        yield made
 
 
 @pytest.fixture(scope="module")
 def overseer(admin_api: k8s_client.ApiClient, spaces: tuple[str, str, str]) -> Iterator[Any]:
-    """The admin's service account, with the documented ClusterRole and its binding."""
-    home = spaces[0]
-    api = account_client(admin_api, home, "raylab-admin")
-    docs = documented_rbac()
-    role, binding = docs["ClusterRole"], docs["ClusterRoleBinding"]
-    binding["subjects"][0]["namespace"] = home
-    rbac = k8s_client.RbacAuthorizationV1Api(admin_api)
-    call_json(rbac.create_cluster_role, role)
-    call_json(rbac.create_cluster_role_binding, binding)
-    user = f"system:serviceaccount:{home}:raylab-admin"
-    attributes = {"verb": "watch", "group": "ray.io", "resource": "rayclusters"}
-
-    def allowed() -> bool:
-        review = {"spec": {"user": user, "resourceAttributes": attributes}}
-        auth = k8s_client.AuthorizationV1Api(admin_api)
-        return bool(call_json(auth.create_subject_access_review, review)["status"]["allowed"])
-
-    wait_until("the admin may watch rayclusters everywhere", allowed, timeout=30)
-    try:
+    """An ApiClient of the admin's service account, holding the documented ClusterRole."""
+    with overview_admin(admin_api, spaces[0]) as token, client_with(admin_api, token) as api:
         yield api
-    finally:
-        api.close()
-        with contextlib.suppress(Exception):
-            call_json(rbac.delete_cluster_role_binding, binding["metadata"]["name"])
-        with contextlib.suppress(Exception):
-            call_json(rbac.delete_cluster_role, role["metadata"]["name"])
 
 
 def latest(recorder: Recorder, namespace: str, name: str) -> tuple[str, ClusterInfo] | None:
@@ -161,7 +118,7 @@ def test_without_the_cluster_role_the_admin_is_told_what_to_bind(
     admin_api: k8s_client.ApiClient, spaces: tuple[str, str, str]
 ) -> None:
     home = spaces[0]
-    with account_client(admin_api, home, "unbound-admin") as api:
+    with client_with(admin_api, account_token(admin_api, home, "unbound-admin")) as api:
         backend = KubeRayBackend(SETTINGS, api_client=api, namespace=home, watch_namespaces=["*"])
         with pytest.raises(Forbidden) as err:
             backend.clusters()
