@@ -20,6 +20,7 @@ from .documented import culler_service, helm_values, raylab_config
 from .identities import identities
 
 USERS = ["alice", "bob", "carol"]
+ADMIN = "admin"  # the hub's admin (Hub.admin), raylab's too (admin_users in the doc)
 # carol's Role lacks this rule: the fault the sidebar and `up` must name.
 CAROL_LACKS = "secrets"
 
@@ -62,6 +63,7 @@ def hub(
             f"raylab-{u}": str(made.user(u, without=CAROL_LACKS if u == "carol" else None))
             for u in USERS
         }
+        kubeconfigs[f"raylab-{ADMIN}"] = str(made.overview_admin(ADMIN))
         culler = str(made.culler(culled_namespaces(values)))
         deployment = Hub(work / "hub", values, tests_overlay(values), kubeconfigs, culler, USERS)
         with running_hub(deployment) as running:

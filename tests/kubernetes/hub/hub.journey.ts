@@ -15,6 +15,7 @@ import {
 
 const HUB = process.env.RAYLAB_HUB_URL ?? 'http://127.0.0.1:8000';
 const PASSWORD = process.env.RAYLAB_HUB_PASSWORD ?? '';
+const ADMIN_PASSWORD = process.env.RAYLAB_HUB_ADMIN_PASSWORD ?? '';
 const CLUSTER = process.env.RAYLAB_HUB_CLUSTER ?? 'alice-exp';
 const READY_TIMEOUT = 300_000;
 
@@ -31,12 +32,16 @@ interface IUser {
  * for a kernel in a dialog that covers the sidebar. What the sidebar shows
  * comes from raylab, whatever the layout.
  */
-async function login(browser: Browser, name: string): Promise<IUser> {
+async function login(
+  browser: Browser,
+  name: string,
+  password = PASSWORD
+): Promise<IUser> {
   const context = await browser.newContext();
   const page = await context.newPage();
   await page.goto(`${HUB}/hub/login`);
   await page.locator('#username_input').fill(name);
-  await page.locator('#password_input').fill(PASSWORD);
+  await page.locator('#password_input').fill(password);
   await page.locator('#login_submit').click();
   await page.waitForURL(new RegExp(`/user/${name}/lab`), { timeout: 240_000 });
   await page.goto(`${HUB}/user/${name}/lab?reset`);
@@ -254,6 +259,30 @@ test('bob, beside alice, can neither see nor reach her cluster', async ({
   expect(refused).not.toContain('CONNECTED');
   await alice.context.close();
   await bob.context.close();
+});
+
+test("the admin sees every user's clusters with their owners", async ({
+  browser
+}) => {
+  const bobs = process.env.RAYLAB_HUB_BOB_CLUSTER ?? 'bob-proc';
+  const admin = await login(browser, 'admin', ADMIN_PASSWORD);
+  const panel = await openSidebar(admin.page);
+  await expectLive(panel);
+  await panel.getByRole('radio', { name: 'All users' }).check();
+  // alice's and bob's clusters are in their own namespaces: the admin's server
+  // sees them through its cluster-wide watch (admin_watch_namespaces).
+  const overview = panel.getByRole('table', { name: "Every user's clusters" });
+  for (const [name, owner] of [
+    [CLUSTER, 'alice'],
+    [bobs, 'bob']
+  ]) {
+    const row = overview.locator(`tr[data-cluster="${name}"]`);
+    await expect(row.locator('td').nth(0)).toHaveText(owner, {
+      timeout: 60_000
+    });
+    await expect(row.locator('td').nth(1)).toHaveText(name);
+  }
+  await admin.context.close();
 });
 
 test('alice comes back after the hub stopped her server', async ({

@@ -2,7 +2,8 @@
 
 Per user: a namespace `ray-<user>`, a service account `raylab-<user>` in the hub's
 namespace, and the Role of docs/kubernetes-rbac.md bound to it in the user's namespace
-only. The hub's culler service gets the Role of docs/culler.md in every user namespace.
+only. The hub's culler service gets the Role of docs/culler.md in every user namespace;
+the hub's admin, the ClusterRole of the admin overview (docs/kubernetes-rbac.md) too.
 
 What differs from a real deployment, and why: the single-user servers are processes here,
 not pods, so each gets a kubeconfig holding its service account's token (from the
@@ -67,6 +68,7 @@ class Identities:
         self.core = k8s_client.CoreV1Api(self.admin)
         self.rbac = k8s_client.RbacAuthorizationV1Api(self.admin)
         self.namespaces: list[str] = []
+        self.cluster_bindings: list[str] = []  # ClusterRole and ClusterRoleBinding names
         self._namespace(HUB_NAMESPACE)
 
     def _namespace(self, name: str) -> None:
@@ -95,6 +97,31 @@ class Identities:
         _bind(self.rbac, role, namespace, account)
         self._wait_allowed(account, namespace)
         return self.kubeconfig(account, namespace)
+
+    def overview_admin(self, username: str) -> Path:
+        """A user's identity, plus the documented ClusterRole raylab-admin-overview bound
+        to `raylab-<username>`, as its own ClusterRoleBinding; the account's kubeconfig."""
+        kubeconfig = self.user(username)
+        docs = documented_rbac()
+        role, binding = docs["ClusterRole"], docs["ClusterRoleBinding"]
+        account = f"raylab-{username}"
+        binding["subjects"] = [
+            {"kind": "ServiceAccount", "name": account, "namespace": HUB_NAMESPACE}
+        ]
+        call_json(self.rbac.create_cluster_role, role)
+        self.cluster_bindings.append(role["metadata"]["name"])
+        call_json(self.rbac.create_cluster_role_binding, binding)
+        user = f"system:serviceaccount:{HUB_NAMESPACE}:{account}"
+        auth = k8s_client.AuthorizationV1Api(self.admin)
+        attributes = {"verb": "watch", "group": "ray.io", "resource": "rayclusters"}
+
+        def allowed() -> bool:
+            review = {"spec": {"user": user, "resourceAttributes": attributes}}
+            body = call_json(auth.create_subject_access_review, review)
+            return bool(body["status"].get("allowed"))
+
+        wait_until(f"{account} may watch rayclusters in every namespace", allowed, timeout=30)
+        return kubeconfig
 
     def culler(self, namespaces: list[str]) -> Path:
         self._account(CULLER)
@@ -138,6 +165,11 @@ class Identities:
         return path
 
     def close(self) -> None:
+        for name in self.cluster_bindings:  # the binding and its role share the name
+            with contextlib.suppress(ApiException):
+                self.rbac.delete_cluster_role_binding(name)
+            with contextlib.suppress(ApiException):
+                self.rbac.delete_cluster_role(name)
         for name in reversed(self.namespaces):
             with contextlib.suppress(ApiException):
                 self.core.delete_namespace(name, propagation_policy="Background")

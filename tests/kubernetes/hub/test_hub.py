@@ -23,13 +23,15 @@ from processnodes import PROCESS_GPU_TYPE, process_profile
 from raylab.backends.kuberay import KubeRayBackend
 from raylab.config import Settings
 from raylab.model import ClusterInfo, Phase
+from raylab.spec import ClusterSpec
 
 from ..kuberay_support import ROOT, ray_pods
-from .deployment import USER_PASSWORD, Hub
+from .deployment import ADMIN_PASSWORD, USER_PASSWORD, Hub
 
 pytestmark = pytest.mark.ui
 
 CLUSTER = "alice-exp"
+BOB_CLUSTER = "bob-proc"
 CHROMIUM = os.environ.get("RAYLAB_CHROMIUM", "/usr/bin/chromium")
 CONFIG = Path(__file__).with_name("playwright.config.ts")
 RESTART_MARK = "READY-FOR-RESTART"
@@ -104,6 +106,28 @@ def test_bob_beside_alice_can_neither_see_nor_reach_her_cluster(
         if p["metadata"]["labels"]["ray.io/node-type"] == "head"
     ]  # fmt: skip
     journey(hub, "bob, beside alice", env={"RAYLAB_HUB_HEAD_IP": head["status"]["podIP"]})
+
+
+def test_the_admin_sees_every_users_clusters_with_their_owners(
+    hub: Hub, alice_clusters: KubeRayBackend
+) -> None:
+    from kubernetes import config as k8s_config
+
+    # bob makes a small cluster (a head alone) as his magics would: his own account, in
+    # his own namespace.
+    with k8s_config.new_client_from_config(config_file=hub.kubeconfigs["raylab-bob"]) as api:
+        bobs = KubeRayBackend(alice_clusters.settings, api_client=api, namespace="ray-bob")
+        request = {"name": BOB_CLUSTER, "gpu_type": PROCESS_GPU_TYPE, "workers": 0,
+                   "cpus": "500m", "memory": "1Gi"}  # fmt: skip
+        bobs.create(ClusterSpec.from_mapping(request, alice_clusters.settings.profiles), "bob")
+        try:
+            journey(
+                hub, "the admin sees every user",
+                env={"RAYLAB_HUB_ADMIN_PASSWORD": ADMIN_PASSWORD,
+                     "RAYLAB_HUB_BOB_CLUSTER": BOB_CLUSTER},
+            )  # fmt: skip
+        finally:
+            bobs.delete(BOB_CLUSTER, propagation="Background")
 
 
 def test_carol_is_told_which_permission_her_role_lacks(hub: Hub) -> None:
