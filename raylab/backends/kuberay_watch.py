@@ -68,7 +68,8 @@ class Informer(threading.Thread):
         describe: Callable[[BaseException], str] | None = None,
         namespace: str | None = None,
     ) -> None:
-        super().__init__(name=f"raylab-watch-{kind}", daemon=True)
+        where = f"-{namespace}" if namespace else ""
+        super().__init__(name=f"raylab-watch-{kind}{where}", daemon=True)
         self.kind = kind
         self.namespace = namespace  # what list_call covers; None: every namespace
         self._list = list_call
