@@ -9,7 +9,7 @@ from jupyter_server.utils import url_path_join
 
 from ..backends import make_backend
 from ..config import Raylab, Settings
-from ..service import current_user, is_admin
+from ..service import current_groups, current_user, is_admin
 from .cache import ClusterCache
 from .culling import ServerCuller
 from .dashboard import DashboardProxyHandler
@@ -58,10 +58,13 @@ class RaylabExtension(ExtensionApp):
     def initialize_handlers(self) -> None:
         assert self.serverapp is not None  # set by jupyter_server before this is called
         settings = Settings.from_config(self.serverapp.config)
-        # An admin's server also watches the namespaces named for the overview; groups are
-        # not known before a request, so only admin_users count here.
-        admin = is_admin(settings, current_user())
-        watch = settings.options.admin_watch_namespaces if admin else ()
+        # An admin's server also watches the namespaces named for the overview. The hub is
+        # asked for the user's groups (admin_groups) only when that is configured.
+        watch: list[str] = []
+        if settings.options.admin_watch_namespaces:
+            user = current_user()
+            if is_admin(settings, user) or is_admin(settings, user, current_groups()):
+                watch = settings.options.admin_watch_namespaces
         backend = make_backend(settings.backend, settings, watch_namespaces=watch)
         self.cache = ClusterCache(backend, self.log)
         from .. import metrics
