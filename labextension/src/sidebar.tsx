@@ -23,16 +23,14 @@ import { IUser } from './profiles';
 import {
   canConnect,
   canSuspend,
-  formatAge,
+  cardFields,
   gpuHoursText,
   gpusText,
   idleSeconds,
   idleText,
   isWarned,
-  perWorkerText,
   phaseText,
-  suspendedText,
-  workersText
+  suspendedText
 } from './render';
 
 type Run = (command: string, name?: string) => Promise<void>;
@@ -47,9 +45,31 @@ const PHASE_CLASS: Record<Phase, string> = {
   Deleting: 'jp-raylab-phase-deleting'
 };
 
-function Age(props: { created: number }): React.ReactElement {
+/** Rows the card shows elsewhere: the phase in its header, idleness beside Keep running. */
+const SHOWN_ELSEWHERE = new Set(['Phase', 'Idle']);
+
+/**
+ * The card's rows (`cardFields`, the notebook card's rows), refreshed by the
+ * shared clock: only this list re-renders as the age moves, not the card.
+ */
+function CardFields(props: {
+  cluster: ICluster;
+  showOwner: boolean;
+}): React.ReactElement {
   const now = useNow(5000);
-  return <>{formatAge(now / 1000 - props.created)}</>;
+  const rows = cardFields(props.cluster, now / 1000, {
+    withOwner: props.showOwner
+  }).filter(([key]) => !SHOWN_ELSEWHERE.has(key));
+  return (
+    <dl className="jp-raylab-card-fields">
+      {rows.map(([key, value]) => (
+        <React.Fragment key={key}>
+          <dt>{key}</dt>
+          <dd>{value}</dd>
+        </React.Fragment>
+      ))}
+    </dl>
+  );
 }
 
 /**
@@ -175,40 +195,7 @@ function ClusterCardView(props: ICardProps): React.ReactElement {
         busy={busy !== null}
         onKeep={act(CommandIDs.keepRunning, 'Keeping…')}
       />
-      <dl className="jp-raylab-card-fields">
-        <dt>Workers</dt>
-        <dd>{workersText(c)} ready</dd>
-        {c.spec.max_workers !== null && (
-          <>
-            <dt>Autoscaling</dt>
-            <dd>
-              {c.spec.min_workers ?? 0}–{c.spec.max_workers} workers
-            </dd>
-          </>
-        )}
-        <dt>GPUs</dt>
-        <dd>{gpusText(c)}</dd>
-        <dt>Per worker</dt>
-        <dd>{perWorkerText(c)}</dd>
-        <dt>Age</dt>
-        <dd>
-          <Age created={c.created} />
-        </dd>
-        {props.showOwner && (
-          <>
-            <dt>Owner</dt>
-            <dd>{c.owner}</dd>
-          </>
-        )}
-        {c.ray_version && (
-          <>
-            <dt>Ray</dt>
-            <dd>
-              {c.ray_version} · Python {c.python_version ?? '?'}
-            </dd>
-          </>
-        )}
-      </dl>
+      <CardFields cluster={c} showOwner={props.showOwner} />
       <div
         className="jp-raylab-card-actions"
         role="group"

@@ -185,6 +185,16 @@ test('create in the dialog, connect a notebook, run Ray on it, delete', async ({
   });
   await expect(c).toContainText('1/1 ready');
   await expect(c).toContainText('(logical)');
+  // The notebook card's rows (`cardFields`), less the phase shown in the header.
+  await expect(c.locator('.jp-raylab-card-fields dt')).toHaveText([
+    'Workers',
+    'GPUs',
+    'Per worker',
+    'Age',
+    'Ray',
+    'Client'
+  ]);
+  await expect(c.locator('.jp-raylab-card-fields')).toContainText('ray://');
 
   await c
     .getByRole('button', { name: 'Connect notebook to ui-journey' })
