@@ -1,7 +1,11 @@
 import { CommandRegistry } from '@lumino/commands';
+import { Panel, Widget } from '@lumino/widgets';
 import {
+  CommandToolbarButton,
   LabIcon,
   ReactWidget,
+  SidePanel,
+  Toolbar,
   addIcon,
   copyIcon,
   deleteIcon,
@@ -494,23 +498,6 @@ function ClusterPanel(props: {
   const showOwner = state.showAll;
   return (
     <div className="jp-raylab-panel">
-      <header className="jp-raylab-header">
-        <h2 className="jp-raylab-title">Ray clusters</h2>
-        <button
-          type="button"
-          className="jp-Button jp-mod-minimal jp-raylab-new"
-          title="Create a Ray cluster"
-          aria-label="New cluster"
-          onClick={() => void run(CommandIDs.create)}
-        >
-          <Icon icon={addIcon} /> New
-        </button>
-        <IconButton
-          icon={refreshIcon}
-          label="Reconnect the live cluster list"
-          onClick={() => void run(CommandIDs.reconnect)}
-        />
-      </header>
       {user?.admin && (
         <div
           className="jp-raylab-scope"
@@ -564,54 +551,97 @@ function ClusterPanel(props: {
   );
 }
 
-/**
- * The "Ray clusters" sidebar.
- */
-export class ClusterSidebar extends ReactWidget {
+/** The sidebar's body: the cards, the overview and their banners. */
+class ClusterListView extends ReactWidget {
   constructor(
-    readonly model: ClusterListModel,
-    private readonly _commands: CommandRegistry
+    private readonly _model: ClusterListModel,
+    private readonly _run: Run
   ) {
     super();
-    this.id = 'raylab-clusters';
     this.addClass('jp-raylab-root');
-    this.addClass('jp-raylab-sidebar');
-    this.title.icon = rayClusterIcon;
-    this.title.caption = 'Ray clusters';
   }
 
-  /** Who the server says the user is (admins get the mine/all toggle). */
-  get user(): IUser | null {
-    return this._user;
-  }
-  set user(user: IUser | null) {
-    this._user = user;
-    this.update();
-  }
-
-  /** GPU-hours shown in the header and the overview (`GET usage`). */
-  get usage(): IUsage | null {
-    return this._usage;
-  }
-  set usage(usage: IUsage | null) {
-    this._usage = usage;
-    this.update();
-  }
+  user: IUser | null = null;
+  usage: IUsage | null = null;
 
   protected render(): React.ReactElement {
     return (
       <ClusterPanel
-        model={this.model}
-        user={this._user}
+        model={this._model}
+        user={this.user}
         run={this._run}
-        usage={this._usage}
+        usage={this.usage}
       />
     );
   }
+}
 
-  private _run: Run = async (command, name) => {
-    await this._commands.execute(command, name === undefined ? {} : { name });
-  };
-  private _user: IUser | null = null;
-  private _usage: IUsage | null = null;
+/**
+ * The "Ray clusters" sidebar, made as JupyterLab's own side panels are (a
+ * `SidePanel`: its title in the header, a toolbar of command buttons, then the
+ * content), so it looks and behaves like the file browser's or the kernels'.
+ */
+export class ClusterSidebar extends SidePanel {
+  constructor(
+    readonly model: ClusterListModel,
+    commands: CommandRegistry
+  ) {
+    super({ content: new Panel() });
+    this.id = 'raylab-clusters';
+    this.addClass('jp-raylab-sidebar');
+    this.title.icon = rayClusterIcon;
+    this.title.caption = 'Ray clusters';
+
+    const heading = new Widget();
+    const h2 = document.createElement('h2');
+    h2.textContent = 'Ray clusters';
+    h2.classList.add('jp-text-truncated');
+    heading.node.appendChild(h2);
+    this.header.addWidget(heading);
+
+    this.toolbar.addItem(
+      'new-cluster',
+      new CommandToolbarButton({
+        commands,
+        id: CommandIDs.create,
+        icon: addIcon,
+        label: 'New cluster'
+      })
+    );
+    this.toolbar.addItem('spacer', Toolbar.createSpacerItem());
+    this.toolbar.addItem(
+      'reconnect',
+      new CommandToolbarButton({
+        commands,
+        id: CommandIDs.reconnect,
+        icon: refreshIcon,
+        label: ''
+      })
+    );
+
+    this._list = new ClusterListView(model, async (command, name) => {
+      await commands.execute(command, name === undefined ? {} : { name });
+    });
+    this.addWidget(this._list);
+  }
+
+  /** Who the server says the user is (admins get the mine/all toggle). */
+  get user(): IUser | null {
+    return this._list.user;
+  }
+  set user(user: IUser | null) {
+    this._list.user = user;
+    this._list.update();
+  }
+
+  /** GPU-hours shown in the header and the overview (`GET usage`). */
+  get usage(): IUsage | null {
+    return this._list.usage;
+  }
+  set usage(usage: IUsage | null) {
+    this._list.usage = usage;
+    this._list.update();
+  }
+
+  private readonly _list: ClusterListView;
 }

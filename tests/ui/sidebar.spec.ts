@@ -42,7 +42,11 @@ async function openNewClusterDialog(
   page: IJupyterLabPageFixture
 ): Promise<Locator> {
   const panel = await openSidebar(page);
-  await panel.getByRole('button', { name: 'New cluster' }).first().click();
+  // The button of the panel's JupyterLab toolbar (the empty state has one too).
+  await panel
+    .locator('.jp-SidePanel-toolbar')
+    .getByRole('button', { name: 'New cluster' })
+    .click();
   const dialog = page.locator('.jp-Dialog-content');
   await expect(dialog.getByText('New Ray cluster')).toBeVisible();
   await expect(dialog.locator('.jp-raylab-quota')).toContainText('Your quota');
