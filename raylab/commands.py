@@ -317,6 +317,9 @@ class Commands:
     def do_list(self, args: argparse.Namespace) -> list[ClusterInfo]:
         service = self.service(args.backend)
         clusters = service.list(everyone=args.all)
+        if args.all and not service.admin:
+            self.out.line("Only admins (admin_users, admin_groups) see every user's clusters; "
+                          "these are yours.")  # fmt: skip
         self.out.table(clusters, args.all and service.admin)
         for info in clusters:
             hint = render.keep_running_hint(info, self.prog)
