@@ -7,7 +7,7 @@ import * as path from 'path';
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
 import { Locator } from '@playwright/test';
 
-import { openPalette } from './palette';
+import { searchPalette } from './palette';
 
 test.describe.configure({ mode: 'serial' });
 
@@ -83,9 +83,7 @@ test('empty state, and the server refusals shown next to their field', async ({
   );
 
   // The command palette lists the same actions.
-  await openPalette(page);
-  const palette = page.locator('#command-palette');
-  await palette.locator('input').fill('Ray cluster');
+  const palette = await searchPalette(page, 'Ray cluster');
   await expect(palette.getByText('New Ray Cluster…')).toBeVisible();
   await expect(palette.getByText('Delete Ray Cluster…')).toBeVisible();
   await page.keyboard.press('Escape');
