@@ -102,8 +102,13 @@ async def test_patch_workers_scales_the_real_cluster(jp_fetch: Any, alices_clust
             svc.wait, NAME, lambda i: i.workers_ready == 1 and i.phase == Phase.READY, 300
         )
         assert info.workers_desired == 1
-        got = await fetch_json(jp_fetch, "clusters", NAME)
-        assert (got["cluster"]["workers_ready"], got["cluster"]["phase"]) == (1, "Ready")
+        # The REST answer follows the server's watch of the cluster, a moment later.
+        for _ in range(120):
+            got = (await fetch_json(jp_fetch, "clusters", NAME))["cluster"]
+            if (got["workers_ready"], got["phase"]) == (1, "Ready"):
+                break
+            await asyncio.sleep(0.5)
+        assert (got["workers_ready"], got["workers_desired"], got["phase"]) == (1, 1, "Ready")
     finally:
         back = await fetch_json(jp_fetch, "clusters", NAME, method="PATCH",
                                 body=json.dumps({"workers": 0}))  # fmt: skip
