@@ -36,8 +36,12 @@ def notebook_requirements() -> list[str]:
     return found
 
 
+# What hatchling asks for to build a project in editable mode (`pip install -e`).
+EDITABLE_BUILD = ("editables~=0.3",)
+
+
 def requirements() -> list[str]:
-    return [*dependencies.BUILD, *dependencies.PIPELINE, *dependencies.TESTS,
+    return [*dependencies.BUILD, *EDITABLE_BUILD, *dependencies.PIPELINE, *dependencies.TESTS,
             dependencies.ray_requirement(version("ray")), *notebook_requirements()]  # fmt: skip
 
 
