@@ -11,3 +11,8 @@ BUILD = ("hatchling>=1.27",)  # its build backend
 def ray_requirement(ray_version: str) -> str:
     """The kernel's exact Ray: Ray Client needs the driver and the cluster to match."""
     return f"ray[data,client]=={ray_version}"
+
+
+def every_project(ray_version: str) -> tuple[str, ...]:
+    """What every exported project installs, its tests included."""
+    return (*PIPELINE, *TESTS, ray_requirement(ray_version))

@@ -76,8 +76,7 @@ def make_base(path: Path) -> Path:
     from raylab.export import dependencies
 
     venv.EnvBuilder(with_pip=False).create(path)
-    _pip(path / "bin" / "python", *dependencies.PIPELINE, *dependencies.TESTS,
-         dependencies.ray_requirement(version("ray")))  # fmt: skip
+    _pip(path / "bin" / "python", *dependencies.every_project(version("ray")))
     return path
 
 

@@ -41,8 +41,8 @@ EDITABLE_BUILD = ("editables~=0.3",)
 
 
 def requirements() -> list[str]:
-    return [*dependencies.BUILD, *EDITABLE_BUILD, *dependencies.PIPELINE, *dependencies.TESTS,
-            dependencies.ray_requirement(version("ray")), *notebook_requirements()]  # fmt: skip
+    return [*dependencies.BUILD, *EDITABLE_BUILD, *dependencies.every_project(version("ray")),
+            *notebook_requirements()]  # fmt: skip
 
 
 def main(folder: str) -> None:
