@@ -63,6 +63,12 @@ $(BIN)/.raylab-installed: $(WHEEL) $(BIN)/.deps
 harness:
 	tests/kubernetes/harness/build.sh
 
+# What exported projects install in their tests, fetched while the network is here (the
+# tests' namespace reaches no index): tests/export/wheelhouse.py says what and why.
+WHEELHOUSE := .cache/wheelhouse
+$(WHEELHOUSE)/.complete: $(BIN)/.raylab-installed tests/export/wheelhouse.py $(wildcard tests/export/notebooks/*.ipynb)
+	$(BIN)/python tests/export/wheelhouse.py $(WHEELHOUSE)
+
 # --- checks --------------------------------------------------------------------
 
 lint: $(BIN)/.deps node_modules/.package-lock.json
@@ -75,11 +81,11 @@ typecheck: $(BIN)/.deps
 
 # Ray and Jupyter run inside a network namespace of their own holding only loopback
 # (where the machine allows one), so the tests reach nothing but 127.0.0.1.
-pytest: sysdeps harness $(BIN)/.raylab-installed
+pytest: sysdeps harness $(BIN)/.raylab-installed $(WHEELHOUSE)/.complete
 	tests/netns.sh $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(BIN)/.raylab-installed
 	tests/netns.sh $(BIN)/python bench/run.py $(BENCH_ARGS)
 
 clean:
-	rm -rf dist raylab/labextension labextension/lib $(VENV) node_modules
+	rm -rf dist raylab/labextension labextension/lib $(VENV) node_modules .cache

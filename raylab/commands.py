@@ -12,8 +12,7 @@ import os
 import shlex
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from . import render
@@ -22,7 +21,7 @@ from .config import Settings
 from .culler.options import add_culler_arguments
 from .env_commands import ClusterEnvironments, add_environment_arguments, options_from
 from .environment import EnvOptions
-from .errors import BackendUnavailable, NotFound, RaylabError, SpecError
+from .errors import NotFound, SpecError
 from .export.verb import HELP as EXPORT_HELP
 from .export.verb import add_export_arguments
 from .model import ClusterInfo, Phase
@@ -280,14 +279,23 @@ class Commands:
             )
         view = self.out.progress(info, started)
         connect = args.connect and self.may_connect
-        with _live(service, info.name, view):
-            if connect:
-                # Connect as soon as the head is up, while the workers start.
-                head = service.wait(info.name, _head_up, timeout, view.update)
+        # One wait: the kernel connects as soon as the head is up, in a thread, while the
+        # same loop follows the workers and keeps the card live.
+        connecting = _Connecting()
+
+        def done(now: ClusterInfo) -> bool:
+            if connect and not connecting.started and now.head_ready:
+                self._say_pip(prepared)
                 view.update(note="Connecting this kernel through Ray Client…")
-                self._connect(head, service, prepared, args.backend)
-            info = service.wait(info.name, _ready, max(1.0, timeout - (time.time() - started)),
-                                view.update)  # fmt: skip
+                connecting.start(lambda: self._connect(now, service, prepared, args.backend))
+            return _ready(now) and (not connect or connecting.finished())
+
+        try:
+            info = service.wait(info.name, done, max(1.0, timeout - (time.time() - started)),
+                                view)  # fmt: skip
+        except Exception:  # not on an interrupt: that returns at once
+            connecting.settle()
+            raise
         view.stop_clock()
         view.update(info, note="")
         self.out.line(self._connected_note(info) if connect else render.connect_code(info))
@@ -309,6 +317,9 @@ class Commands:
     def do_list(self, args: argparse.Namespace) -> list[ClusterInfo]:
         service = self.service(args.backend)
         clusters = service.list(everyone=args.all)
+        if args.all and not service.admin:
+            self.out.line("Only admins (admin_users, admin_groups) see every user's clusters; "
+                          "these are yours.")  # fmt: skip
         self.out.table(clusters, args.all and service.admin)
         for info in clusters:
             hint = render.keep_running_hint(info, self.prog)
@@ -345,7 +356,8 @@ class Commands:
         if not info.head_ready:
             timeout = args.timeout or self.settings.profiles.defaults.timeout
             view = self.out.progress(info, time.time())
-            info = service.wait(args.name, _head_up, timeout, view.update)
+            info = service.wait(args.name, _head_up, timeout, view)
+        self._say_pip(prepared)
         self._connect(info, service, prepared, args.backend)
         # Remembered once it works: a package that breaks the connect is not kept.
         info = envs.remember(service, info, prepared)
@@ -532,12 +544,6 @@ class Commands:
     ) -> None:
         from .connect import connect
 
-        pip = prepared.runtime_env.get("pip")
-        if pip:  # Ray Client answers only once the workers' environment is made
-            self.out.line(
-                f"The cluster installs {len(pip)} pip package{'s' if len(pip) > 1 else ''} "
-                "for this kernel's environment (the first time can take minutes)…"
-            )
         connect(
             info,
             address=service.backend.client_address(info),
@@ -547,6 +553,14 @@ class Commands:
             dashboard=service.backend.dashboard_address(info),
         )
         self._connected_backend = backend
+
+    def _say_pip(self, prepared: Prepared) -> None:
+        pip = prepared.runtime_env.get("pip")
+        if pip:  # Ray Client answers only once the workers' environment is made
+            self.out.line(
+                f"The cluster installs {len(pip)} pip package{'s' if len(pip) > 1 else ''} "
+                "for this kernel's environment (the first time can take minutes)…"
+            )
 
     def _drift(self) -> None:
         from . import drift
@@ -583,31 +597,40 @@ def _ready(info: ClusterInfo) -> bool:
     return info.phase == Phase.READY
 
 
-@contextmanager
-def _live(service: ClusterService, name: str, view: Any) -> Iterator[None]:
-    """Keep the progress view current (and its clock ticking) while the caller blocks."""
-    stop = threading.Event()
+class _Connecting:
+    """Ray Client's connect in a thread of its own, so that `up`'s one wait loop keeps
+    following the cluster meanwhile. Ray Client's default context is shared by every
+    thread, so the kernel's own thread uses the connection made here. Only the kernel's
+    thread prints (a thread's output may land in another cell)."""
 
-    def refresh() -> None:
-        away = False
-        while not stop.wait(1.0):
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
+    def start(self, run: Callable[[], None]) -> None:
+        def target() -> None:
             try:
-                info = service.get(name)
-            except BackendUnavailable as exc:
-                # Kubernetes away for a while (an API server restart): say so once and
-                # keep the clock going; service.wait rides it out within the timeout.
-                view.update(note=None if away else f"{exc.message}; still waiting")
-                away = True
-                continue
-            except RaylabError:
-                return
-            view.update(info, note="" if away else None)
-            away = False
+                run()
+            except BaseException as exc:  # re-raised in the kernel's thread
+                self._error = exc
 
-    thread = threading.Thread(target=refresh, daemon=True, name="raylab-progress")
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(timeout=2)
+        self._thread = threading.Thread(target=target, daemon=True, name="raylab-connect")
+        self._thread.start()
+
+    def finished(self) -> bool:
+        """True once connected; the connect's own error if it failed."""
+        if self._thread is None or self._thread.is_alive():
+            return False
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def settle(self) -> None:
+        """After a failed wait: let a connect in flight end (bounded by Ray Client's own
+        timeout) rather than connect the kernel behind the error the user reads."""
+        if self._thread is not None:
+            self._thread.join(timeout=60)

@@ -32,20 +32,20 @@ def duration_text(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60} min"
 
 
-def suspended_text(info: ClusterInfo) -> str:
+def suspended_text(info: ClusterInfo, now: float | None = None) -> str:
     """Why the culler suspended it ('' if it did not): kept until `resume`."""
     idle = info.idle
     if info.phase != Phase.SUSPENDED or idle.suspended_at is None:
         return ""
     after = duration_text(idle.suspended_at - (idle.since or idle.suspended_at))
-    return f"suspended after {after} idle at {clock_text(idle.suspended_at)}"
+    return f"suspended after {after} idle at {clock_text(idle.suspended_at, now)}"
 
 
 def idle_text(info: ClusterInfo, now: float | None = None) -> str:
     """'idle for 50 min; suspends at 14:05', 'activity unknown since 14:05 (why)', or ''."""
     idle, now = info.idle, now or time.time()
     if info.phase not in (Phase.READY, Phase.DEGRADED):
-        return suspended_text(info)
+        return suspended_text(info, now)
     if idle.unknown_since is not None:
         why = f" ({idle.unknown_reason})" if idle.unknown_reason else ""
         return f"activity unknown since {clock_text(idle.unknown_since, now)}{why}"
@@ -57,8 +57,8 @@ def idle_text(info: ClusterInfo, now: float | None = None) -> str:
     return text
 
 
-def phase_text(info: ClusterInfo, limit: int | None = None) -> str:
-    reason = suspended_text(info) or info.reason
+def phase_text(info: ClusterInfo, limit: int | None = None, now: float | None = None) -> str:
+    reason = suspended_text(info, now) or info.reason
     if limit is not None and len(reason) > limit:
         reason = reason[: limit - 1] + "…"
     return f"{info.phase} — {reason}" if reason else str(info.phase)
@@ -157,25 +157,41 @@ def _count(n: int, what: str) -> str:
     return f"{n} {what}" + ("" if n == 1 else "s")
 
 
-def card_fields(info: ClusterInfo, started: float | None = None) -> list[tuple[str, str]]:
-    """The status card's rows, in order (the sidebar card shows the same)."""
-    fields = [
-        ("Phase", phase_text(info)),
-        ("Workers", f"{workers_text(info)} ready"),
+def card_fields(
+    info: ClusterInfo,
+    started: float | None = None,
+    *,
+    now: float | None = None,
+    owner: bool = False,
+) -> list[tuple[str, str]]:
+    """The card's rows, in order: the notebook card, the terminal card and the sidebar
+    (`cardFields` in render.ts) all show these. tests/packaging/card_rows.json holds
+    clusters and the rows both languages must make of them.
+
+    `started`: while `up` waits, "Elapsed" replaces "Age". `owner`: the admins' view.
+    """
+    now = now if now is not None else time.time()
+    fields = [("Phase", phase_text(info, now=now)), ("Workers", f"{workers_text(info)} ready")]
+    if info.spec.max_workers is not None:
+        low = info.spec.min_workers or 0
+        fields.append(("Autoscaling", f"{low}–{info.spec.max_workers} workers"))  # noqa: RUF001 (a range)
+    fields += [
         ("GPUs", gpus_text(info)),
         ("Per worker", f"{info.spec.cpus} CPU · {info.spec.memory} memory"),
     ]
     if started is not None:
-        fields.append(("Elapsed", f"{time.time() - started:.0f}s"))
+        fields.append(("Elapsed", f"{int(max(0.0, now - started))}s"))
     else:
-        fields.append(("Age", format_age(info.age())))
+        fields.append(("Age", format_age(info.age(now))))
+    if owner:
+        fields.append(("Owner", info.owner))
     if info.ray_version:
-        fields.append(("Ray", f"{info.ray_version} · Python {info.python_version}"))
+        fields.append(("Ray", f"{info.ray_version} · Python {info.python_version or '?'}"))
     if info.environment is not None:
         fields.append(("Environment", environment_text(info.environment)))
     if info.endpoints.client:
         fields.append(("Client", info.endpoints.client))
-    idle = idle_text(info)
+    idle = idle_text(info, now)
     if idle and not suspended_text(info):  # a suspension's reason is in the phase already
         fields.append(("Idle", idle))
     return fields

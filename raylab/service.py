@@ -15,7 +15,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from .backends.base import Backend
 from .config import Settings
@@ -101,6 +101,12 @@ def is_admin(settings: Settings, user: str, groups: Iterable[str] = ()) -> bool:
     """The one rule for who sees and manages every cluster: named, or in an admin group."""
     o = settings.options
     return user in o.admin_users or bool(set(groups) & set(o.admin_groups))
+
+
+class WaitView(Protocol):
+    """What `ClusterService.wait` keeps current: the notebook card or the terminal lines."""
+
+    def update(self, info: ClusterInfo | None = None, note: str | None = None) -> None: ...
 
 
 class ClusterService:
@@ -246,25 +252,32 @@ class ClusterService:
         name: str,
         until: Callable[[ClusterInfo], bool],
         timeout: float,
-        on_update: Callable[[ClusterInfo], None] | None = None,
+        view: WaitView | None = None,
         interval: float = 0.2,
     ) -> ClusterInfo:
         """Poll until `until(info)`; raise on Failed or after `timeout` seconds.
 
-        The cluster is left as it is on timeout: nothing is deleted on an error. A backend
-        that cannot be reached for a while (an API server restart) is waited for too,
-        within the same timeout; its error is raised if it is still away then.
+        The one loop of a wait: `view` gets each change, a tick every second (its clock)
+        and a note while the backend is away. The cluster is left as it is on timeout:
+        nothing is deleted on an error. A backend that cannot be reached for a while (an
+        API server restart) is waited for too, within the same timeout; its error is
+        raised if it is still away then.
         """
         deadline = time.monotonic() + timeout
         last: ClusterInfo | None = None
         refused_since: float | None = None
+        away = False
+        ticked = time.monotonic()
         while True:
             try:
                 info = self.get(name)
-            except BackendUnavailable:
+            except BackendUnavailable as exc:
                 refused_since = None
                 if time.monotonic() >= deadline:
                     raise
+                if view and not away:
+                    view.update(note=f"{exc.message}; still waiting")
+                away = True
                 time.sleep(max(interval, 1.0))
                 continue
             except Forbidden:
@@ -278,8 +291,13 @@ class ClusterService:
                 time.sleep(max(interval, 1.0))
                 continue
             refused_since = None
-            if on_update and (last is None or info != last):
-                on_update(info)
+            if view and (last is None or info != last or away):
+                view.update(info, note="" if away else None)
+                ticked = time.monotonic()
+            elif view and time.monotonic() - ticked >= 1.0:
+                view.update()  # the clock ("Elapsed") moves on
+                ticked = time.monotonic()
+            away = False
             last = info
             if until(info):
                 return info

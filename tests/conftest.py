@@ -113,6 +113,15 @@ def state_dir() -> Path:
     return Path(os.environ["RAYLAB_STATE_DIR"])
 
 
+@pytest.fixture(scope="session")
+def pipeline_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What every exported project depends on, installed once from the local wheelhouse
+    (tests/export/support.py): the base of each project's fresh environment."""
+    from tests.export.support import make_base
+
+    return make_base(tmp_path_factory.mktemp("pipeline-base") / "venv")
+
+
 # Time by folder at the end of every run, so the suite's budget (CI has 90 minutes on a
 # cold machine) is visible where it is spent; docs/benchmarks.md keeps the cold figures.
 _seconds_by_folder: dict[str, float] = {}

@@ -111,25 +111,8 @@ export interface ICreateRequest {
 /**
  * The reply of `GET clusters`.
  */
-export interface IClusterList {
-  clusters: ICluster[];
-  available: boolean;
-  error: string | null;
-}
-
 function clusterPath(name: string, ...rest: string[]): string {
   return ['clusters', encodeURIComponent(name), ...rest].join('/');
-}
-
-export async function listClusters(
-  all: boolean,
-  settings?: ServerConnection.ISettings
-): Promise<IClusterList> {
-  return requestAPI<IClusterList>(
-    all ? 'clusters?all=1' : 'clusters',
-    { method: 'GET' },
-    settings
-  );
 }
 
 /**

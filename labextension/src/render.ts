@@ -5,8 +5,11 @@
  */
 import type { ICluster, IEnvironment, Phase } from './clusterApi';
 
-export function phaseText(cluster: ICluster): string {
-  const reason = suspendedText(cluster) || cluster.reason;
+export function phaseText(
+  cluster: ICluster,
+  nowS: number = Date.now() / 1000
+): string {
+  const reason = suspendedText(cluster, nowS) || cluster.reason;
   return reason ? `${cluster.phase} — ${reason}` : String(cluster.phase);
 }
 
@@ -26,7 +29,7 @@ export function clockText(
 }
 
 /** 42 s, 50 min, 3 h 5 min (`render.duration_text`). */
-export function durationText(seconds: number): string {
+function durationText(seconds: number): string {
   const s = Math.max(0, Math.floor(seconds));
   if (s < 60) {
     return `${s} s`;
@@ -38,7 +41,10 @@ export function durationText(seconds: number): string {
 }
 
 /** Why the culler suspended it, or '' (`render.suspended_text`). */
-export function suspendedText(cluster: ICluster): string {
+export function suspendedText(
+  cluster: ICluster,
+  nowS: number = Date.now() / 1000
+): string {
   const idle = cluster.idle;
   if (cluster.phase !== 'Suspended' || !idle || idle.suspended_at === null) {
     return '';
@@ -46,7 +52,7 @@ export function suspendedText(cluster: ICluster): string {
   const after = durationText(
     idle.suspended_at - (idle.since ?? idle.suspended_at)
   );
-  return `suspended after ${after} idle at ${clockText(idle.suspended_at)}`;
+  return `suspended after ${after} idle at ${clockText(idle.suspended_at, nowS)}`;
 }
 
 function running(cluster: ICluster): boolean {
@@ -63,7 +69,7 @@ export function idleText(cluster: ICluster, nowS: number): string {
     return '';
   }
   if (!running(cluster)) {
-    return suspendedText(cluster);
+    return suspendedText(cluster, nowS);
   }
   if (idle.unknown_since !== null) {
     const why = idle.unknown_reason ? ` (${idle.unknown_reason})` : '';
@@ -103,11 +109,11 @@ export function gpusText(cluster: ICluster): string {
   return cluster.logical_gpus ? `${text} (logical)` : text;
 }
 
-export function workersText(cluster: ICluster): string {
+function workersText(cluster: ICluster): string {
   return `${cluster.workers_ready}/${cluster.workers_desired}`;
 }
 
-export function perWorkerText(cluster: ICluster): string {
+function perWorkerText(cluster: ICluster): string {
   return `${cluster.spec.cpus} CPU · ${cluster.spec.memory} memory`;
 }
 
@@ -115,7 +121,7 @@ export function perWorkerText(cluster: ICluster): string {
  * 1.5 KiB, 3.2 MiB (`raylab.workdir.format_size`): one decimal, rounded half up
  * in integers, so both cards agree to the last digit.
  */
-export function formatSize(size: number): string {
+function formatSize(size: number): string {
   if (size < 1024) {
     return `${size} B`;
   }
@@ -140,7 +146,7 @@ function count(n: number, what: string): string {
  * "working dir 3.2 MiB · 4 pip packages · 2 env vars"
  * (`render.environment_text`).
  */
-export function environmentText(env: IEnvironment): string {
+function environmentText(env: IEnvironment): string {
   const parts: string[] = [];
   if (env.working_dir !== null) {
     parts.push(`working dir ${formatSize(env.working_dir_bytes)}`);
@@ -159,7 +165,7 @@ export function environmentText(env: IEnvironment): string {
 }
 
 /** kubectl-style ages: 42s, 7m, 3h, 5d (`raylab.model.format_age`). */
-export function formatAge(seconds: number): string {
+function formatAge(seconds: number): string {
   const s = Math.max(0, Math.floor(seconds));
   if (s < 120) {
     return `${s}s`;
@@ -173,42 +179,61 @@ export function formatAge(seconds: number): string {
   return `${Math.floor(s / 86400)}d`;
 }
 
+/** Options of {@link cardFields}. */
+export interface ICardOptions {
+  /** The admins' view: an "Owner" row. */
+  withOwner?: boolean;
+  /** While `up` waits (epoch seconds): "Elapsed" replaces "Age". */
+  startedS?: number;
+}
+
 /**
- * The card's rows, in the order and wording of `render.card_fields`.
+ * The card's rows, in order, as `render.card_fields` makes them: the sidebar,
+ * the notebook card and the terminal card show the same rows in the same words
+ * (tests/packaging/card_rows.json holds clusters and the rows both make).
  *
  * @param nowS - the current time in epoch seconds
  */
 export function cardFields(
   cluster: ICluster,
   nowS: number,
-  withOwner = false
+  options: ICardOptions = {}
 ): [string, string][] {
   const fields: [string, string][] = [
-    ['Workers', `${workersText(cluster)} ready`],
-    ['GPUs', gpusText(cluster)],
-    ['Per worker', perWorkerText(cluster)],
-    ['Age', formatAge(nowS - cluster.created)]
+    ['Phase', phaseText(cluster, nowS)],
+    ['Workers', `${workersText(cluster)} ready`]
   ];
   if (cluster.spec.max_workers !== null) {
-    fields.splice(1, 0, [
-      'Autoscaling',
-      `${cluster.spec.min_workers ?? 0}–${cluster.spec.max_workers} workers`
-    ]);
+    const low = cluster.spec.min_workers ?? 0;
+    fields.push(['Autoscaling', `${low}–${cluster.spec.max_workers} workers`]);
   }
-  if (withOwner) {
+  fields.push(
+    ['GPUs', gpusText(cluster)],
+    ['Per worker', perWorkerText(cluster)]
+  );
+  if (options.startedS !== undefined) {
+    const elapsed = Math.max(0, nowS - options.startedS);
+    fields.push(['Elapsed', `${Math.floor(elapsed)}s`]);
+  } else {
+    fields.push(['Age', formatAge(nowS - cluster.created)]);
+  }
+  if (options.withOwner) {
     fields.push(['Owner', cluster.owner]);
   }
   if (cluster.ray_version) {
     fields.push([
       'Ray',
-      `${cluster.ray_version} · Python ${cluster.python_version ?? '?'}`
+      `${cluster.ray_version} · Python ${cluster.python_version || '?'}`
     ]);
   }
   if (cluster.environment) {
     fields.push(['Environment', environmentText(cluster.environment)]);
   }
+  if (cluster.endpoints.client) {
+    fields.push(['Client', cluster.endpoints.client]);
+  }
   const idle = idleText(cluster, nowS);
-  if (idle && !suspendedText(cluster)) {
+  if (idle && !suspendedText(cluster, nowS)) {
     fields.push(['Idle', idle]);
   }
   return fields;

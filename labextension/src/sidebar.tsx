@@ -1,7 +1,11 @@
 import { CommandRegistry } from '@lumino/commands';
+import { Panel, Widget } from '@lumino/widgets';
 import {
+  CommandToolbarButton,
   LabIcon,
   ReactWidget,
+  SidePanel,
+  Toolbar,
   addIcon,
   copyIcon,
   deleteIcon,
@@ -23,16 +27,14 @@ import { IUser } from './profiles';
 import {
   canConnect,
   canSuspend,
-  formatAge,
+  cardFields,
   gpuHoursText,
   gpusText,
   idleSeconds,
   idleText,
   isWarned,
-  perWorkerText,
   phaseText,
-  suspendedText,
-  workersText
+  suspendedText
 } from './render';
 
 type Run = (command: string, name?: string) => Promise<void>;
@@ -47,9 +49,31 @@ const PHASE_CLASS: Record<Phase, string> = {
   Deleting: 'jp-raylab-phase-deleting'
 };
 
-function Age(props: { created: number }): React.ReactElement {
+/** Rows the card shows elsewhere: the phase in its header, idleness beside Keep running. */
+const SHOWN_ELSEWHERE = new Set(['Phase', 'Idle']);
+
+/**
+ * The card's rows (`cardFields`, the notebook card's rows), refreshed by the
+ * shared clock: only this list re-renders as the age moves, not the card.
+ */
+function CardFields(props: {
+  cluster: ICluster;
+  showOwner: boolean;
+}): React.ReactElement {
   const now = useNow(5000);
-  return <>{formatAge(now / 1000 - props.created)}</>;
+  const rows = cardFields(props.cluster, now / 1000, {
+    withOwner: props.showOwner
+  }).filter(([key]) => !SHOWN_ELSEWHERE.has(key));
+  return (
+    <dl className="jp-raylab-card-fields">
+      {rows.map(([key, value]) => (
+        <React.Fragment key={key}>
+          <dt>{key}</dt>
+          <dd>{value}</dd>
+        </React.Fragment>
+      ))}
+    </dl>
+  );
 }
 
 /**
@@ -175,40 +199,7 @@ function ClusterCardView(props: ICardProps): React.ReactElement {
         busy={busy !== null}
         onKeep={act(CommandIDs.keepRunning, 'Keeping…')}
       />
-      <dl className="jp-raylab-card-fields">
-        <dt>Workers</dt>
-        <dd>{workersText(c)} ready</dd>
-        {c.spec.max_workers !== null && (
-          <>
-            <dt>Autoscaling</dt>
-            <dd>
-              {c.spec.min_workers ?? 0}–{c.spec.max_workers} workers
-            </dd>
-          </>
-        )}
-        <dt>GPUs</dt>
-        <dd>{gpusText(c)}</dd>
-        <dt>Per worker</dt>
-        <dd>{perWorkerText(c)}</dd>
-        <dt>Age</dt>
-        <dd>
-          <Age created={c.created} />
-        </dd>
-        {props.showOwner && (
-          <>
-            <dt>Owner</dt>
-            <dd>{c.owner}</dd>
-          </>
-        )}
-        {c.ray_version && (
-          <>
-            <dt>Ray</dt>
-            <dd>
-              {c.ray_version} · Python {c.python_version ?? '?'}
-            </dd>
-          </>
-        )}
-      </dl>
+      <CardFields cluster={c} showOwner={props.showOwner} />
       <div
         className="jp-raylab-card-actions"
         role="group"
@@ -507,23 +498,6 @@ function ClusterPanel(props: {
   const showOwner = state.showAll;
   return (
     <div className="jp-raylab-panel">
-      <header className="jp-raylab-header">
-        <h2 className="jp-raylab-title">Ray clusters</h2>
-        <button
-          type="button"
-          className="jp-Button jp-mod-minimal jp-raylab-new"
-          title="Create a Ray cluster"
-          aria-label="New cluster"
-          onClick={() => void run(CommandIDs.create)}
-        >
-          <Icon icon={addIcon} /> New
-        </button>
-        <IconButton
-          icon={refreshIcon}
-          label="Reconnect the live cluster list"
-          onClick={() => void run(CommandIDs.reconnect)}
-        />
-      </header>
       {user?.admin && (
         <div
           className="jp-raylab-scope"
@@ -577,54 +551,97 @@ function ClusterPanel(props: {
   );
 }
 
-/**
- * The "Ray clusters" sidebar.
- */
-export class ClusterSidebar extends ReactWidget {
+/** The sidebar's body: the cards, the overview and their banners. */
+class ClusterListView extends ReactWidget {
   constructor(
-    readonly model: ClusterListModel,
-    private readonly _commands: CommandRegistry
+    private readonly _model: ClusterListModel,
+    private readonly _run: Run
   ) {
     super();
-    this.id = 'raylab-clusters';
     this.addClass('jp-raylab-root');
-    this.addClass('jp-raylab-sidebar');
-    this.title.icon = rayClusterIcon;
-    this.title.caption = 'Ray clusters';
   }
 
-  /** Who the server says the user is (admins get the mine/all toggle). */
-  get user(): IUser | null {
-    return this._user;
-  }
-  set user(user: IUser | null) {
-    this._user = user;
-    this.update();
-  }
-
-  /** GPU-hours shown in the header and the overview (`GET usage`). */
-  get usage(): IUsage | null {
-    return this._usage;
-  }
-  set usage(usage: IUsage | null) {
-    this._usage = usage;
-    this.update();
-  }
+  user: IUser | null = null;
+  usage: IUsage | null = null;
 
   protected render(): React.ReactElement {
     return (
       <ClusterPanel
-        model={this.model}
-        user={this._user}
+        model={this._model}
+        user={this.user}
         run={this._run}
-        usage={this._usage}
+        usage={this.usage}
       />
     );
   }
+}
 
-  private _run: Run = async (command, name) => {
-    await this._commands.execute(command, name === undefined ? {} : { name });
-  };
-  private _user: IUser | null = null;
-  private _usage: IUsage | null = null;
+/**
+ * The "Ray clusters" sidebar, made as JupyterLab's own side panels are (a
+ * `SidePanel`: its title in the header, a toolbar of command buttons, then the
+ * content), so it looks and behaves like the file browser's or the kernels'.
+ */
+export class ClusterSidebar extends SidePanel {
+  constructor(
+    readonly model: ClusterListModel,
+    commands: CommandRegistry
+  ) {
+    super({ content: new Panel() });
+    this.id = 'raylab-clusters';
+    this.addClass('jp-raylab-sidebar');
+    this.title.icon = rayClusterIcon;
+    this.title.caption = 'Ray clusters';
+
+    const heading = new Widget();
+    const h2 = document.createElement('h2');
+    h2.textContent = 'Ray clusters';
+    h2.classList.add('jp-text-truncated');
+    heading.node.appendChild(h2);
+    this.header.addWidget(heading);
+
+    this.toolbar.addItem(
+      'new-cluster',
+      new CommandToolbarButton({
+        commands,
+        id: CommandIDs.create,
+        icon: addIcon,
+        label: 'New cluster'
+      })
+    );
+    this.toolbar.addItem('spacer', Toolbar.createSpacerItem());
+    this.toolbar.addItem(
+      'reconnect',
+      new CommandToolbarButton({
+        commands,
+        id: CommandIDs.reconnect,
+        icon: refreshIcon,
+        label: ''
+      })
+    );
+
+    this._list = new ClusterListView(model, async (command, name) => {
+      await commands.execute(command, name === undefined ? {} : { name });
+    });
+    this.addWidget(this._list);
+  }
+
+  /** Who the server says the user is (admins get the mine/all toggle). */
+  get user(): IUser | null {
+    return this._list.user;
+  }
+  set user(user: IUser | null) {
+    this._list.user = user;
+    this._list.update();
+  }
+
+  /** GPU-hours shown in the header and the overview (`GET usage`). */
+  get usage(): IUsage | null {
+    return this._list.usage;
+  }
+  set usage(usage: IUsage | null) {
+    this._list.usage = usage;
+    this._list.update();
+  }
+
+  private readonly _list: ClusterListView;
 }

@@ -20,7 +20,7 @@ from typing import Any
 from ..config import Settings
 from ..environment import ANNOTATION as ENVIRONMENT_ANNOTATION
 from ..environment import ClusterEnvironment
-from ..errors import BackendUnavailable, NotFound, SpecError
+from ..errors import BackendUnavailable, Conflict, Forbidden, NotFound, SpecError
 from ..manifest import (
     CLIENT_PORT,
     DASHBOARD_PORT,
@@ -41,7 +41,7 @@ from ..model import ClusterInfo, IdleState
 from ..spec import ClusterSpec
 from .base import ClusterEvent
 from .kuberay_config import in_cluster, load_api_client, resolve_namespace
-from .kuberay_errors import ALL_NAMESPACES, Call, api_errors, server_message, translate
+from .kuberay_errors import ALL_NAMESPACES, Call, Refused, api_errors, translate
 from .kuberay_portforward import Relay
 from .kuberay_security import AUTH_ANNOTATION, ClusterSecurity
 from .kuberay_status import (
@@ -263,8 +263,6 @@ class KubeRayBackend:
         `expected` is not tested, since clusters made before raylab kept idle state have
         no annotation to test; a suspension always follows a stored warning.
         """
-        from kubernetes.client.exceptions import ApiException
-
         path = "/metadata/annotations/" + IDLE_ANNOTATION.replace("~", "~0").replace("/", "~1")
         patch: list[dict[str, Any]] = []
         if expected is not None and expected != IdleState():
@@ -274,18 +272,15 @@ class KubeRayBackend:
             # A user's own suspend empties the annotation, so the `test` fails then.
             patch.append({"op": "add", "path": "/spec/suspend", "value": True})
         ns = namespace or self.namespace
-        call = self._call("patch", PLURAL, name, namespace=ns)
         try:
-            self.custom.patch_namespaced_custom_object(
-                *RAY, ns, PLURAL, name, patch,
-                _content_type="application/json-patch+json", _request_timeout=REQUEST_TIMEOUT,
-            )  # fmt: skip
-        except ApiException as exc:
-            if exc.status in (404, 409, 422):
-                return False  # gone, or changed since it was read: decided again next sweep
-            raise translate(exc, call) or exc from None
-        except Exception as exc:
-            raise translate(exc, call) or exc from None
+            with api_errors(self._call("patch", PLURAL, name, namespace=ns)):
+                self.custom.patch_namespaced_custom_object(
+                    *RAY, ns, PLURAL, name, patch,
+                    _content_type="application/json-patch+json",
+                    _request_timeout=REQUEST_TIMEOUT,
+                )  # fmt: skip
+        except (NotFound, Conflict, Refused):
+            return False  # gone, or changed since it was read: decided again next sweep
         return True
 
     def logs(self, name: str, tail: int = 200, *, namespace: str | None = None) -> str:
@@ -296,24 +291,15 @@ class KubeRayBackend:
             phase = derive_status(obj).phase
             return f"{name} has no head pod yet (phase {phase}): no log to show.\n"
         head = sorted(heads, key=lambda p: not pod_ready(p))[0]["metadata"]["name"]
-        call = self._call("get", "pods/log", head, namespace=ns)
         try:
-            read_log: Callable[..., Any] = self.core.read_namespaced_pod_log
-            response = read_log(
-                head, ns, container=HEAD_CONTAINER, tail_lines=tail,
-                _preload_content=False, _request_timeout=REQUEST_TIMEOUT,
-            )  # fmt: skip
-        except Exception as exc:
-            error = translate(exc, call)
-            status = getattr(exc, "status", None)
-            if error is None or status in (401, 403) or not isinstance(status, int):
-                raise error or exc from None
-            if status == 400:  # "container ray-head is waiting to start: ContainerCreating"
-                return f"The head pod {head} has no log yet: {server_message(exc)}\n"
-            raise BackendUnavailable(
-                f"cannot read the log of head pod {head}: {server_message(exc)}",
-                detail="the API server could not get it from the node's kubelet",
-            ) from None
+            with api_errors(self._call("get", "pods/log", head, namespace=ns)):
+                read_log: Callable[..., Any] = self.core.read_namespaced_pod_log
+                response = read_log(
+                    head, ns, container=HEAD_CONTAINER, tail_lines=tail,
+                    _preload_content=False, _request_timeout=REQUEST_TIMEOUT,
+                )  # fmt: skip
+        except Refused as exc:  # "container ray-head is waiting to start: ContainerCreating"
+            return f"The head pod {head} has no log yet: {exc.said}\n"
         text = str(response.data.decode(errors="replace"))
         return text if text.endswith("\n") or not text else text + "\n"
 
@@ -461,22 +447,14 @@ class KubeRayBackend:
         return json.loads(method(*args, _preload_content=False, **kwargs).data)
 
     def _read(self, name: str, namespace: str | None = None) -> dict[str, Any] | None:
-        from kubernetes.client.exceptions import ApiException
-
-        from .kuberay_errors import is_missing_api
-
         ns = namespace or self.namespace
-        call = self._call("get", PLURAL, name, namespace=ns)
         try:
-            obj: dict[str, Any] = self._json(
-                self.custom.get_namespaced_custom_object, *RAY, ns, PLURAL, name
-            )
-        except ApiException as exc:
-            if exc.status == 404 and not is_missing_api(exc):
-                return None
-            raise translate(exc, call) or exc from None
-        except Exception as exc:
-            raise translate(exc, call) or exc from None
+            with api_errors(self._call("get", PLURAL, name, namespace=ns)):
+                obj: dict[str, Any] = self._json(
+                    self.custom.get_namespaced_custom_object, *RAY, ns, PLURAL, name
+                )
+        except NotFound:  # (a missing RayCluster API is KubeRay missing, not this)
+            return None
         labels = obj.get("metadata", {}).get("labels") or {}
         # Another tool's RayCluster in the same namespace is not raylab's to show.
         return obj if labels.get(MANAGED_BY_LABEL) == MANAGED_BY else None
@@ -535,8 +513,8 @@ class KubeRayBackend:
                 try:
                     with api_errors(call):
                         body = self._json(list_call)
-                except Exception as exc:
-                    if kind == "events" and getattr(exc, "status", None) == 403:
+                except Forbidden:
+                    if kind == "events":
                         continue  # optional, as in _warnings
                     raise
                 cache.apply(_synced(kind, body.get("items") or [], scope))
@@ -593,11 +571,10 @@ class KubeRayBackend:
         """Warning events, optional reading: without the right to list them, refusals
         just show less."""
         try:
-            items: list[dict[str, Any]] = self._json(list_call)["items"]
-        except Exception as exc:
-            if getattr(exc, "status", None) == 403:
-                return []
-            raise translate(exc, call) or exc from None
+            with api_errors(call):
+                items: list[dict[str, Any]] = self._json(list_call)["items"]
+        except Forbidden:
+            return []
         return items
 
     def _emit(

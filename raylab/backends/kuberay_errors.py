@@ -45,6 +45,16 @@ class Call:
         return "networking.k8s.io" if self.resource == "networkpolicies" else ""
 
 
+class Refused(RaylabError):
+    """Kubernetes refused the request itself (400, 422); `said` is its own reason."""
+
+    code = "refused"
+
+    def __init__(self, message: str, said: str, detail: str | None = None) -> None:
+        super().__init__(message, detail)
+        self.said = said
+
+
 def translate(exc: BaseException, call: Call) -> RaylabError | None:
     """The raylab error for a client exception, or None for one we do not know."""
     from kubernetes.client.exceptions import ApiException
@@ -59,7 +69,12 @@ def translate(exc: BaseException, call: Call) -> RaylabError | None:
 
 @contextlib.contextmanager
 def api_errors(call: Call) -> Iterator[None]:
-    """Raise the translated error for anything the client raises inside."""
+    """Raise the translated error for anything the client raises inside.
+
+    The one idiom of the KubeRay backend: every API call runs inside it, and a caller
+    that expects an outcome (gone, changed meanwhile, not allowed) catches raylab's
+    error for it (NotFound, Conflict, Refused, Forbidden), never a status code.
+    """
     try:
         yield
     except RaylabError:
@@ -202,9 +217,17 @@ def _from_status(exc: Any, call: Call) -> RaylabError:
             detail="choose another --name" if call.verb == "create" else "try again",
         )
     if status == HTTPStatus.UNPROCESSABLE_ENTITY:
-        return RaylabError(
+        return Refused(
             f"Kubernetes refused the {call.resource} object: {message}",
+            message,
             detail="check the GPU profiles and image in the raylab configuration",
+        )
+    if status == HTTPStatus.BAD_REQUEST:
+        return Refused(f"Kubernetes refused to {call.verb} {call.resource}: {message}", message)
+    if call.resource == "pods/log" and status >= 500:
+        return BackendUnavailable(
+            f"cannot read the log of head pod {call.name}: {message}",
+            detail="the API server could not get it from the node's kubelet",
         )
     if status in (HTTPStatus.TOO_MANY_REQUESTS, HTTPStatus.GATEWAY_TIMEOUT) or status >= 500:
         return BackendUnavailable(

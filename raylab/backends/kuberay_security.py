@@ -18,7 +18,7 @@ from typing import Any
 
 from ..auth import SECRET_KEY, TokenError, new_token
 from ..config import Settings
-from ..errors import BackendUnavailable, Conflict, Forbidden
+from ..errors import BackendUnavailable, Conflict, Forbidden, NotFound
 from ..manifest import owner_label
 from ..manifest_security import (
     auth_env,
@@ -29,7 +29,7 @@ from ..manifest_security import (
     token_secret,
 )
 from .kuberay_config import SA_DIR, in_cluster
-from .kuberay_errors import Call, api_errors, translate
+from .kuberay_errors import Call, api_errors
 
 AUTH_ANNOTATION = "raylab.io/ray-auth"  # "token" on clusters whose Ray checks the Secret
 REQUEST_TIMEOUT = (5.0, 30.0)
@@ -151,20 +151,18 @@ class ClusterSecurity:
 
     def read_token(self, cluster: str) -> str:
         name = secret_name(cluster)
-        call = self._call("get", "secrets", name)
         try:
-            secret = self.core.read_namespaced_secret(
-                name, self.namespace, _request_timeout=REQUEST_TIMEOUT
-            )
-        except Exception as exc:
-            if getattr(exc, "status", None) == 404:
-                raise TokenError(
-                    f"the Secret {name!r} that holds the Ray token of cluster {cluster!r} "
-                    f"is missing from namespace {self.namespace!r}",
-                    detail="without it nobody can connect; delete the cluster and create it "
-                    "again (its pods read the token when they start)",
-                ) from None
-            raise translate(exc, call) or exc from None
+            with api_errors(self._call("get", "secrets", name)):
+                secret = self.core.read_namespaced_secret(
+                    name, self.namespace, _request_timeout=REQUEST_TIMEOUT
+                )
+        except NotFound:
+            raise TokenError(
+                f"the Secret {name!r} that holds the Ray token of cluster {cluster!r} "
+                f"is missing from namespace {self.namespace!r}",
+                detail="without it nobody can connect; delete the cluster and create it "
+                "again (its pods read the token when they start)",
+            ) from None
         data = (secret.data or {}).get(SECRET_KEY)
         if not data:
             raise TokenError(

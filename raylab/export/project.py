@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Conflict
+from . import dependencies
 from .cluster import (
     PIPELINE_LABEL,
     READY_TIMEOUT,
@@ -75,7 +76,10 @@ def project_files(p: Project, report: str) -> dict[str, str | bytes]:
             dist=p.name.replace("_", "-") + "-pipeline",
             description=f"Dagster pipeline exported by raylab from {p.notebook}",
             requires_python=f"=={p.target.python_version}.*",
-            ray_requirement=f"ray[data,client]=={p.target.ray_version}",
+            build=dependencies.BUILD,
+            pipeline=dependencies.PIPELINE,
+            tests=dependencies.TESTS,
+            ray_requirement=dependencies.ray_requirement(p.target.ray_version),
             requirements=a.requirements,
             package=p.package,
             package_modules=p.carried.package_modules,

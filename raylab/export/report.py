@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from . import dependencies
 from .cluster import ClusterTarget, token_secret_name
 from .codegen import StepPlan
 from .model import Analysis
@@ -123,8 +124,8 @@ def build_report(
                      "configurable per run.")  # fmt: skip
     lines += ["", "## Dependencies", ""]
     lines.append(
-        "`dagster==1.13.*`, `dagster-ray[kuberay]==0.4.8`, "
-        f"`ray[data,client]=={target.ray_version}` (the kernel's), "
+        "".join(f"`{r}`, " for r in dependencies.PIPELINE)
+        + f"`{dependencies.ray_requirement(target.ray_version)}` (the kernel's), "
         f"Python {target.python_version}"
         + (", and from the notebook: " + ", ".join(f"`{r}`" for r in a.requirements)
            + " (Ray workers install these too, see `cluster.WORKER_REQUIREMENTS`)"

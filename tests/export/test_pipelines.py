@@ -106,7 +106,7 @@ def last_shown(nb: Any) -> str:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.notebook for c in CASES])
 def test_notebook_becomes_a_working_pipeline(
-    case: Case, cluster: ClusterInfo, tmp_path: Path
+    case: Case, cluster: ClusterInfo, tmp_path: Path, pipeline_base: Path
 ) -> None:
     original = tmp_path / f"{case.notebook}.ipynb"
     shutil.copy(NOTEBOOKS / original.name, original)
@@ -136,7 +136,7 @@ def test_notebook_becomes_a_working_pipeline(
     assert "get_ipython" not in code
     assert "ray.init" not in (project / case.package / "notebook.py").read_text()
 
-    fresh = FreshEnv(tmp_path / "venv")
+    fresh = FreshEnv(tmp_path / "venv", pipeline_base)
     fresh.install(project)
     validated = fresh.run("-m", "dagster", "definitions", "validate", "-f",
                           f"{case.package}/definitions.py", cwd=project)  # fmt: skip

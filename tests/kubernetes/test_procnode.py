@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import shlex
 import subprocess
+import sys
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +23,13 @@ from kubernetes.stream import portforward, stream
 from processnodes import IMAGE_NOT_PULLED_LABEL, PROCESS_NODE_LABEL, resolving_env
 
 # Where pods land: the process nodes are tainted, so a pod must ask for them.
+# The test venv is the pods' "image": where the checkout lies under /tmp (a CI clone) a
+# pod's private /tmp holds that one folder too (see the harness README), and nothing else.
+_IMAGE_IN_TMP = sorted(
+    {Path(p).parts[2] for p in (sys.prefix, sys.base_prefix) if Path(p).parts[1:2] == ("tmp",)}
+)
+LS_TMP = "ls /tmp" + "".join(f" | grep -vxF {shlex.quote(n)}" for n in _IMAGE_IN_TMP)
+
 ON_PROCESS_NODE: dict[str, Any] = {
     "nodeSelector": {PROCESS_NODE_LABEL: "true"},
     "tolerations": [{"key": PROCESS_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
@@ -192,7 +201,7 @@ def test_a_pod_runs_its_command_with_env_volumes_ip_and_dns(
 
     # Through the API server, as kubectl does: exec, then port-forward to the pod.
     out = stream(core.connect_get_namespaced_pod_exec, "env", namespace,
-                 command=["sh", "-c", "ls /tmp; hostname; echo $PASSWORD"],
+                 command=["sh", "-c", f"{LS_TMP}; hostname; echo $PASSWORD"],
                  stderr=True, stdin=False, stdout=True, tty=False)  # fmt: skip
     assert out.split() == ["mine", "env", "s3cret"]
     forward = portforward(
@@ -224,7 +233,7 @@ def test_init_containers_then_crash_loop_back_off(
 ) -> None:
     init = sh("prepare", "echo prepared > /work/note")
     init["volumeMounts"] = [{"name": "work", "mountPath": "/work"}]
-    main = sh("main", "cat /work/note; ls /tmp; echo 'fatal: bad config' >&2; exit 3",
+    main = sh("main", f"cat /work/note; {LS_TMP}; echo 'fatal: bad config' >&2; exit 3",
               volumeMounts=[{"name": "work", "mountPath": "/work"}],
               terminationMessagePolicy="FallbackToLogsOnError")  # fmt: skip
     create(admin_api, namespace, pod("crash", main, initContainers=[init],

@@ -19,8 +19,10 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from raylab.commands import Commands
+from raylab.config import Settings
 from raylab.connect import connected_cluster
 from raylab.magics import NotebookOutput
+from raylab.service import current_user
 
 NAME = "magic1"
 
@@ -39,13 +41,34 @@ def shell() -> InteractiveShell:
     return ip
 
 
+def run_with_warnings(shell: InteractiveShell, line: str) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        shell.run_line_magic("raycluster", line)
+    return out.getvalue(), err.getvalue()
+
+
 @pytest.fixture(scope="module")
-def up_output(shell: InteractiveShell) -> Iterator[str]:
+def up_run(shell: InteractiveShell) -> Iterator[tuple[str, str]]:
     try:
-        yield run(shell, f"up --name {NAME} --gpus 2 --workers 2 --cpus 1 --memory 1Gi")
+        yield run_with_warnings(shell, f"up --name {NAME} --gpus 2 --workers 2 --cpus 1 "
+                                       "--memory 1Gi")  # fmt: skip
     finally:  # also when `up` itself failed: the cluster is kept for inspection then
         with contextlib.suppress(UsageError):
             run(shell, f"down {NAME}")
+
+
+@pytest.fixture(scope="module")
+def up_output(up_run: tuple[str, str]) -> str:
+    return up_run[0]
+
+
+def test_up_says_once_that_the_gpus_are_logical(up_run: tuple[str, str]) -> None:
+    warnings = [ln for ln in up_run[1].splitlines() if ln.startswith("Warning: ")]
+    assert warnings == [
+        "Warning: this machine has fewer GPUs than the 2 requested: the local backend "
+        "declares them as logical GPUs (tasks get CUDA_VISIBLE_DEVICES, not a device)"
+    ], up_run[1]
 
 
 def test_up_shows_progress_and_connects(up_output: str) -> None:
@@ -83,6 +106,26 @@ def test_list_and_status(shell: InteractiveShell, up_output: str) -> None:
     assert "Phase: Ready" in status
     assert "Workers: 2/2 ready" in status
     assert "Ray: 2.60" in status
+
+
+def test_list_all_shows_owners_to_admins_only(up_output: str) -> None:
+    def listed(user: str) -> list[str]:
+        settings = Settings.from_config(admin_users=["root-admin"])
+        commands = Commands(NotebookOutput(), prog="%raycluster", may_connect=False,
+                            settings=settings, user=user)  # fmt: skip
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            commands.run_line("list --all")
+        return out.getvalue().splitlines()
+
+    header, *rows = listed("root-admin")
+    assert header.split()[-1] == "OWNER"
+    mine = next(r for r in rows if r.startswith(f"{NAME} "))
+    assert mine.split()[-1] == current_user()
+    note, table = listed("bob")[:2]
+    assert note == ("Only admins (admin_users, admin_groups) see every user's clusters; "
+                    "these are yours.")  # fmt: skip
+    assert table.startswith("No clusters.")  # bob has none, and sees none of others'
 
 
 def test_up_with_an_existing_name_reuses_it(shell: InteractiveShell, up_output: str) -> None:

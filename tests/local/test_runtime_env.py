@@ -378,7 +378,7 @@ def test_sync_pip_makes_a_plain_pip_install_reach_the_cluster(
 
 
 def test_the_export_carries_the_environment(
-    shell: InteractiveShell, up: tuple[str, str], tmp_path: Path
+    shell: InteractiveShell, up: tuple[str, str], tmp_path: Path, pipeline_base: Path
 ) -> None:
     from tests.export.support import FreshEnv, make_notebook, read_tree
 
@@ -400,7 +400,7 @@ def test_the_export_carries_the_environment(
     assert not [f for f, text in files.items() if SECRET in text]
     assert "## From the cluster's environment" in files["EXPORT.md"]
     # Installed elsewhere, the project imports the notebook's modules by itself.
-    fresh = FreshEnv(tmp_path / "venv")
+    fresh = FreshEnv(tmp_path / "venv", pipeline_base)
     fresh.install(project)
     done = fresh.run(
         "-c",

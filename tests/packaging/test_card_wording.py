@@ -1,64 +1,108 @@
-"""The sidebar's card says what the notebook's card says: render.ts against render.py.
-
-Runs the built labextension/lib/render.js (made by `npm run build:prod`, as the Makefile
-does) in Node on the same clusters, and compares the environment row word for word.
+"""One card in every door: the rows of tests/packaging/card_rows.json (cluster JSON in,
+rows out) are what `render.card_fields` makes, what the notebook card and the terminal
+card show, and what the sidebar's `cardFields` (render.ts, run in Node by
+card_rows.test.mjs) makes of the same JSON.
 """
 
 from __future__ import annotations
 
+import html
 import json
+import os
+import re
 import shutil
 import subprocess
-from dataclasses import replace
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from raylab import render
+from raylab import render, widgets
 from raylab.environment import ClusterEnvironment
-from raylab.model import ClusterInfo, Phase
+from raylab.model import ClusterInfo, Endpoints, IdleState, Phase
 from raylab.spec import ClusterSpec
 
-ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+CASES: list[dict[str, Any]] = json.loads((HERE / "card_rows.json").read_text())
 RENDER_JS = ROOT / "labextension" / "lib" / "render.js"
 
-ENVIRONMENTS = [
-    ClusterEnvironment(
-        working_dir="/nb", working_dir_bytes=int(3.2 * 2**20), pip=("a", "b"), env_names=("X", "Y")
-    ),
-    ClusterEnvironment(working_dir="/nb", working_dir_bytes=1280, local_packages=("p",)),
-    ClusterEnvironment(working_dir="/nb", working_dir_bytes=2**20 - 50, wheels=("/w.whl",)),
-    ClusterEnvironment(pip=("a",), env_names=("TOKEN",)),
-    ClusterEnvironment(),
-    None,
-]
+
+@pytest.fixture(autouse=True)
+def utc() -> Iterator[None]:
+    """The fixture's clock times ("suspends at 00:16") are UTC, in both languages."""
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    yield
+    if old is None:
+        del os.environ["TZ"]
+    else:
+        os.environ["TZ"] = old
+    time.tzset()
+
+
+def cluster(data: dict[str, Any]) -> ClusterInfo:
+    """ClusterInfo from the JSON the REST API serves (`ClusterInfo.to_json`)."""
+    fields = {k: v for k, v in data.items() if k not in ("gpus", "gpu_type")}
+    env = fields["environment"]
+    return ClusterInfo(
+        **{
+            **fields,
+            "phase": Phase(fields["phase"]),
+            "spec": ClusterSpec(**fields["spec"]),
+            "endpoints": Endpoints(**fields["endpoints"]),
+            "idle": IdleState(**fields["idle"]),
+            "environment": None if env is None else ClusterEnvironment(
+                **{k: tuple(v) if isinstance(v, list) else v for k, v in env.items()}
+            ),
+        }
+    )  # fmt: skip
+
+
+def rows(case: dict[str, Any]) -> list[list[str]]:
+    info = cluster(case["cluster"])
+    made = render.card_fields(
+        info, case.get("started"), now=case["now"], owner=case.get("owner", False)
+    )
+    return [list(r) for r in made]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["case"] for c in CASES])
+def test_card_fields_make_the_fixtures_rows(case: dict[str, Any]) -> None:
+    assert rows(case) == case["rows"]
+
+
+OWN = [c for c in CASES if not c.get("owner")]  # a notebook shows its owner's own cluster
+
+
+@pytest.mark.parametrize("case", OWN, ids=[c["case"] for c in OWN])
+def test_the_notebook_card_and_the_terminal_card_show_those_rows(
+    case: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(time, "time", lambda: case["now"])  # the cards read the clock
+    info, started = cluster(case["cluster"]), case.get("started")
+    card = render.card_html(info, started)
+    shown = re.findall(r"<tr><th[^>]*>(.*?)</th><td[^>]*>(.*?)</td></tr>", card)
+    assert [[html.unescape(k), html.unescape(v)] for k, v in shown] == case["rows"]
+    text = widgets.card_text(info, started).splitlines()
+    assert text == [info.name, *(f"{k}: {v}" for k, v in case["rows"])]
+
+
+def test_the_fixture_covers_every_row() -> None:
+    keys = {k for case in CASES for k, _ in case["rows"]}
+    assert keys == {"Phase", "Workers", "Autoscaling", "GPUs", "Per worker", "Age", "Elapsed",
+                    "Owner", "Ray", "Environment", "Client", "Idle"}  # fmt: skip
 
 
 @pytest.mark.skipif(not RENDER_JS.is_file(), reason="labextension not built (npm run build:lib)")
 @pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed")
-def test_the_environment_row_reads_the_same_in_both_cards(tmp_path: Path) -> None:
-    base = ClusterInfo(
-        name="c1", owner="u", backend="local", phase=Phase.READY,
-        spec=ClusterSpec(name="c1", gpus=0, gpu_type="cpu", workers=1, cpus="1", memory="1Gi"),
-        ray_version="2.60.0", python_version="3.11",
-    )  # fmt: skip
-    clusters = [replace(base, environment=env) for env in ENVIRONMENTS]
-    module = tmp_path / "render.mjs"  # an ES module, whatever package.json says
-    module.write_text(RENDER_JS.read_text())
-    script = (
-        f"import {{ cardFields }} from {json.dumps(str(module))};\n"
-        "const clusters = JSON.parse(process.argv[1]);\n"
-        "console.log(JSON.stringify(clusters.map(c => "
-        "cardFields(c, c.created).filter(([k]) => k === 'Environment'))));\n"
-    )
+def test_the_sidebar_makes_the_same_rows() -> None:
     done = subprocess.run(
-        ["node", "--input-type=module", "-e", script,
-         json.dumps([c.to_json() for c in clusters])],
-        capture_output=True, text=True, timeout=60,
+        ["node", "--test", str(HERE / "card_rows.test.mjs")],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "TZ": "UTC"},
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    sidebar = json.loads(done.stdout)
-    notebook = [[list(f) for f in render.card_fields(c) if f[0] == "Environment"] for c in clusters]
-    assert sidebar == notebook
-    assert notebook[0] == [["Environment", "working dir 3.2 MiB · 2 pip packages · 2 env vars"]]
-    assert notebook[-1] == []  # no environment remembered: no row
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"# pass {len(CASES)}" in done.stdout, done.stdout

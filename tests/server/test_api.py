@@ -80,6 +80,44 @@ async def test_owner_sees_it_others_do_not(jp_fetch: Any, alices_cluster: str) -
     ] == []
 
 
+async def test_post_for_your_existing_cluster_is_200_with_it(
+    jp_fetch: Any, alices_cluster: str
+) -> None:
+    resp = await jp_fetch("raylab", "clusters", method="POST", headers=as_user(OWNER),
+                          body=json.dumps({"name": NAME}))  # fmt: skip
+    assert resp.code == 200  # not 201: nothing was made
+    cluster = json.loads(resp.body)["cluster"]
+    assert (cluster["name"], cluster["phase"], cluster["owner"]) == (NAME, "Ready", OWNER)
+    listed = await fetch_json(jp_fetch, "clusters")
+    assert [c["name"] for c in listed["clusters"]] == [NAME]  # still one
+
+
+async def test_patch_workers_scales_the_real_cluster(jp_fetch: Any, alices_cluster: str) -> None:
+    scaled = await fetch_json(jp_fetch, "clusters", NAME, method="PATCH",
+                              body=json.dumps({"workers": 1}))  # fmt: skip
+    assert scaled["cluster"]["workers_desired"] == 1
+    svc = service(OWNER)
+    try:
+        info = await asyncio.to_thread(
+            svc.wait, NAME, lambda i: i.workers_ready == 1 and i.phase == Phase.READY, 300
+        )
+        assert info.workers_desired == 1
+        # The REST answer follows the server's watch of the cluster, a moment later.
+        for _ in range(120):
+            got = (await fetch_json(jp_fetch, "clusters", NAME))["cluster"]
+            if (got["workers_ready"], got["phase"]) == (1, "Ready"):
+                break
+            await asyncio.sleep(0.5)
+        assert (got["workers_ready"], got["workers_desired"], got["phase"]) == (1, 1, "Ready")
+    finally:
+        back = await fetch_json(jp_fetch, "clusters", NAME, method="PATCH",
+                                body=json.dumps({"workers": 0}))  # fmt: skip
+        assert back["cluster"]["workers_desired"] == 0
+        await asyncio.to_thread(
+            svc.wait, NAME, lambda i: i.workers_ready == 0 and i.phase == Phase.READY, 120
+        )
+
+
 async def test_the_environment_shows_names_never_values(jp_fetch: Any, alices_cluster: str) -> None:
     """As `up --env TOKEN=...` leaves it: the names with the cluster, the value in the
     owner's 0600 file, which no REST answer reads."""

@@ -8,7 +8,7 @@ import * as path from 'path';
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
 import { Locator } from '@playwright/test';
 
-import { openPalette } from './palette';
+import { searchPalette } from './palette';
 
 test.describe.configure({ mode: 'serial' });
 
@@ -60,9 +60,7 @@ async function paletteShows(
   page: IJupyterLabPageFixture,
   label: string
 ): Promise<boolean> {
-  await openPalette(page);
-  const palette = page.locator('#command-palette');
-  await palette.locator('input').fill(label);
+  const palette = await searchPalette(page, label);
   // The search has applied once matches are highlighted or none is found.
   await expect(
     palette
@@ -203,9 +201,7 @@ test('from the palette with options: name, schedule, cells', async ({
   await toolbarOf(page, 'Nightly Train.ipynb');
 
   const openOptions = async (): Promise<Locator> => {
-    await openPalette(page);
-    const palette = page.locator('#command-palette');
-    await palette.locator('input').fill(`${PALETTE_LABEL} with Options`);
+    await searchPalette(page, `${PALETTE_LABEL} with Options`);
     await paletteItem(page, `${PALETTE_LABEL} with Options…`).click();
     const dialog = page.locator('.jp-Dialog-content');
     await expect(dialog).toContainText(

@@ -7,7 +7,7 @@ import * as path from 'path';
 import { expect, IJupyterLabPageFixture, test } from '@jupyterlab/galata';
 import { Locator } from '@playwright/test';
 
-import { openPalette } from './palette';
+import { searchPalette } from './palette';
 
 test.describe.configure({ mode: 'serial' });
 
@@ -42,7 +42,11 @@ async function openNewClusterDialog(
   page: IJupyterLabPageFixture
 ): Promise<Locator> {
   const panel = await openSidebar(page);
-  await panel.getByRole('button', { name: 'New cluster' }).first().click();
+  // The button of the panel's JupyterLab toolbar (the empty state has one too).
+  await panel
+    .locator('.jp-SidePanel-toolbar')
+    .getByRole('button', { name: 'New cluster' })
+    .click();
   const dialog = page.locator('.jp-Dialog-content');
   await expect(dialog.getByText('New Ray cluster')).toBeVisible();
   await expect(dialog.locator('.jp-raylab-quota')).toContainText('Your quota');
@@ -79,9 +83,7 @@ test('empty state, and the server refusals shown next to their field', async ({
   );
 
   // The command palette lists the same actions.
-  await openPalette(page);
-  const palette = page.locator('#command-palette');
-  await palette.locator('input').fill('Ray cluster');
+  const palette = await searchPalette(page, 'Ray cluster');
   await expect(palette.getByText('New Ray Cluster…')).toBeVisible();
   await expect(palette.getByText('Delete Ray Cluster…')).toBeVisible();
   await page.keyboard.press('Escape');
@@ -185,6 +187,16 @@ test('create in the dialog, connect a notebook, run Ray on it, delete', async ({
   });
   await expect(c).toContainText('1/1 ready');
   await expect(c).toContainText('(logical)');
+  // The notebook card's rows (`cardFields`), less the phase shown in the header.
+  await expect(c.locator('.jp-raylab-card-fields dt')).toHaveText([
+    'Workers',
+    'GPUs',
+    'Per worker',
+    'Age',
+    'Ray',
+    'Client'
+  ]);
+  await expect(c.locator('.jp-raylab-card-fields')).toContainText('ray://');
 
   await c
     .getByRole('button', { name: 'Connect notebook to ui-journey' })
