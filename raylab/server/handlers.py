@@ -305,5 +305,8 @@ class ProfilesHandler(RaylabHandler):
         body["autoscales"] = self.cache.backend.autoscales  # the dialog offers it only then
         body["quota"] = quota_use(s, self.cache.list(self.visible())).to_json()
         body["user"] = {"name": self.username, "admin": self.is_admin}
+        # Where a name alone points (`clusters/NAME`): the backend's namespace, None for
+        # local. The overview reaches clusters elsewhere by `namespaces/NS/clusters/NAME`.
+        body["namespace"] = self.cache.home
         body["features"] = list(FEATURES)
         self.reply(body)

@@ -89,6 +89,10 @@ def test_the_admin_sees_and_manages_every_users_cluster(
         seen = await overview()
         assert {k: c["owner"] for k, c in seen.items()} == {(a, "exp"): "alice", (b, "exp"): "bob"}
 
+        # The admin's home namespace, where `clusters/NAME` points (the sidebar's rule:
+        # clusters elsewhere are reached by `namespaces/NS/clusters/NAME`).
+        assert (await call("admin", "profiles"))["namespace"] == spaces[0]
+
         his = (await call("admin", "namespaces", b, "clusters", "exp"))["cluster"]
         assert (his["owner"], his["namespace"]) == ("bob", b)
         # Its dashboard is not behind this server's proxy (that serves its own namespace).
