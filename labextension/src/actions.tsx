@@ -15,6 +15,9 @@ import React from 'react';
 import { describeError } from './api';
 import {
   ICluster,
+  IClusterRoute,
+  clusterKey,
+  clusterRoute,
   dashboardPath,
   deleteCluster,
   keepRunning,
@@ -49,19 +52,65 @@ export interface IRaylabContext {
   serverSettings: ServerConnection.ISettings;
   notebooks: INotebookTracker | null;
   config: IRaylabConfig;
+  /**
+   * The server's home namespace (the profiles reply's `namespace`: where a
+   * name alone points; null on the local backend), undefined when the server
+   * does not say. Clusters elsewhere are reached by their namespaced path.
+   */
+  home: Promise<string | null | undefined>;
 }
 
 /** An error whose message is meant for the user as it is. */
 export class UserError extends Error {}
 
-export function clusterOrThrow(ctx: IRaylabContext, name: string): ICluster {
-  const cluster = ctx.model.get(name);
+/**
+ * The cluster `name` in `namespace`; without a namespace, the one of that
+ * name in the server's home namespace (or the only one of that name).
+ */
+export async function findCluster(
+  ctx: IRaylabContext,
+  name: string,
+  namespace?: string | null
+): Promise<ICluster | undefined> {
+  if (namespace !== undefined) {
+    return ctx.model.get(clusterKey({ name, namespace }));
+  }
+  const home = await ctx.home;
+  const named = ctx.model.clusters.filter(c => c.name === name);
+  return (
+    named.find(c => c.namespace === null || c.namespace === home) ??
+    (named.length === 1 ? named[0] : undefined)
+  );
+}
+
+export async function clusterOrThrow(
+  ctx: IRaylabContext,
+  name: string,
+  namespace?: string | null
+): Promise<ICluster> {
+  const cluster = await findCluster(ctx, name, namespace);
   if (!cluster) {
+    const where = namespace ? ` in namespace ${namespace}` : '';
     throw new UserError(
-      `No cluster named ${name} (it may just have been deleted).`
+      `No cluster named ${name}${where} (it may just have been deleted).`
     );
   }
   return cluster;
+}
+
+/** Where the REST API finds `cluster` from this server. */
+export async function routeOf(
+  ctx: IRaylabContext,
+  cluster: ICluster
+): Promise<IClusterRoute> {
+  return clusterRoute(cluster, await ctx.home);
+}
+
+/** "exp", or "exp (ray-bob)" for a cluster outside the home namespace. */
+export function displayName(cluster: ICluster, route: IClusterRoute): string {
+  return route.namespace === null
+    ? cluster.name
+    : `${cluster.name} (${route.namespace})`;
 }
 
 /** Show a failed action as an error notification. */
@@ -106,9 +155,14 @@ export async function newCluster(
  */
 export async function connectNotebook(
   ctx: IRaylabContext,
-  name: string
+  cluster: ICluster
 ): Promise<string> {
-  clusterOrThrow(ctx, name);
+  const name = cluster.name;
+  if ((await routeOf(ctx, cluster)).namespace !== null) {
+    throw new UserError(
+      `${name} is in namespace ${cluster.namespace}: a notebook connects to clusters of its own namespace only.`
+    );
+  }
   const panel = ctx.notebooks?.currentWidget;
   if (!panel) {
     throw new UserError(
@@ -162,25 +216,34 @@ function stripUsagePrefix(text: string): string {
   return text.replace(/^UsageError:\s*/, '');
 }
 
-export function copyConnectCode(ctx: IRaylabContext, name: string): void {
-  const cluster = clusterOrThrow(ctx, name);
+export function copyConnectCode(cluster: ICluster): void {
   Clipboard.copyToSystem(connectCode(cluster));
-  Notification.info(`Copied the code that connects a notebook to ${name}.`, {
-    autoClose: 3000
-  });
+  Notification.info(
+    `Copied the code that connects a notebook to ${cluster.name}.`,
+    {
+      autoClose: 3000
+    }
+  );
 }
 
 const dashboards = new Map<string, MainAreaWidget<IFrame>>();
 
 /** The Ray dashboard through the server's authenticated proxy, in a tab. */
-export function openDashboard(ctx: IRaylabContext, name: string): void {
-  const cluster = clusterOrThrow(ctx, name);
-  const open = dashboards.get(name);
+export function openDashboard(ctx: IRaylabContext, cluster: ICluster): void {
+  const name = cluster.name;
+  const path = dashboardPath(cluster);
+  if (path === null) {
+    throw new UserError(
+      `This server has no dashboard for ${name} (namespace ${cluster.namespace}): its owner's server has.`
+    );
+  }
+  const key = clusterKey(cluster);
+  const open = dashboards.get(key);
   if (open && !open.isDisposed) {
     ctx.app.shell.activateById(open.id);
     return;
   }
-  let url = URLExt.join(ctx.serverSettings.baseUrl, dashboardPath(cluster));
+  let url = URLExt.join(ctx.serverSettings.baseUrl, path);
   if (!url.endsWith('/')) {
     url += '/';
   }
@@ -199,45 +262,64 @@ export function openDashboard(ctx: IRaylabContext, name: string): void {
   content.url = url;
   content.addClass('jp-raylab-dashboard');
   const widget = new MainAreaWidget({ content });
-  widget.id = `raylab-dashboard-${name}`;
+  widget.id = `raylab-dashboard-${widgetSuffix(cluster)}`;
   widget.title.label = `Ray dashboard: ${name}`;
   widget.title.closable = true;
-  dashboards.set(name, widget);
-  widget.disposed.connect(() => dashboards.delete(name));
+  dashboards.set(key, widget);
+  widget.disposed.connect(() => dashboards.delete(key));
   ctx.app.shell.add(widget, 'main');
   ctx.app.shell.activateById(widget.id);
 }
 
-export function showLogs(ctx: IRaylabContext, name: string): void {
-  clusterOrThrow(ctx, name);
-  const id = `raylab-logs-${name}`;
+/**
+ * A DOM id's suffix for the cluster: `name`, or `namespace_name` (`_` is in
+ * neither a namespace nor a cluster name, so no two clusters share one).
+ */
+function widgetSuffix(cluster: ICluster): string {
+  return cluster.namespace
+    ? `${cluster.namespace}_${cluster.name}`
+    : cluster.name;
+}
+
+export async function showLogs(
+  ctx: IRaylabContext,
+  cluster: ICluster
+): Promise<void> {
+  const id = `raylab-logs-${widgetSuffix(cluster)}`;
   for (const widget of ctx.app.shell.widgets('main')) {
     if (widget.id === id) {
       ctx.app.shell.activateById(id);
       return;
     }
   }
-  const panel = createLogsPanel(name, ctx.serverSettings, ctx.config.logTail);
+  const route = await routeOf(ctx, cluster);
+  const panel = createLogsPanel(
+    route,
+    displayName(cluster, route),
+    ctx.serverSettings,
+    ctx.config.logTail
+  );
+  panel.id = id;
   ctx.app.shell.add(panel, 'main', { mode: 'split-bottom' });
   ctx.app.shell.activateById(panel.id);
 }
 
 export async function setSuspended(
   ctx: IRaylabContext,
-  name: string,
+  cluster: ICluster,
   suspend: boolean
 ): Promise<void> {
-  clusterOrThrow(ctx, name);
-  ctx.model.upsert(await patchCluster(name, { suspend }, ctx.serverSettings));
+  const route = await routeOf(ctx, cluster);
+  ctx.model.upsert(await patchCluster(route, { suspend }, ctx.serverSettings));
 }
 
 /** Restart an idle cluster's clock (the warning's Keep running). */
 export async function keepClusterRunning(
   ctx: IRaylabContext,
-  name: string
+  cluster: ICluster
 ): Promise<void> {
-  clusterOrThrow(ctx, name);
-  ctx.model.upsert(await keepRunning(name, ctx.serverSettings));
+  const route = await routeOf(ctx, cluster);
+  ctx.model.upsert(await keepRunning(route, ctx.serverSettings));
 }
 
 /**
@@ -247,9 +329,10 @@ export async function keepClusterRunning(
  */
 export async function deleteWithConfirm(
   ctx: IRaylabContext,
-  name: string
+  cluster: ICluster
 ): Promise<boolean> {
-  const cluster = clusterOrThrow(ctx, name);
+  const route = await routeOf(ctx, cluster);
+  const name = displayName(cluster, route);
   if (ctx.config.confirmDelete) {
     const workers = cluster.workers_desired;
     const plural = (n: number, word: string): string =>
@@ -258,8 +341,9 @@ export async function deleteWithConfirm(
     const result = await showDialog({
       title: `Delete cluster ${name}?`,
       body:
-        `This stops the head and ${plural(workers, 'worker')}${gpus} of ${name}, ` +
-        'and everything running on them. Kernels connected to it lose their connection.',
+        `This stops the head and ${plural(workers, 'worker')}${gpus} of ${name}` +
+        (route.namespace === null ? '' : `, ${cluster.owner}'s cluster`) +
+        ', and everything running on them. Kernels connected to it lose their connection.',
       buttons: [
         Dialog.cancelButton(),
         Dialog.warnButton({
@@ -273,14 +357,15 @@ export async function deleteWithConfirm(
       return false;
     }
   }
-  await deleteCluster(name, ctx.serverSettings);
-  ctx.model.remove(name);
+  await deleteCluster(route, ctx.serverSettings);
+  ctx.model.remove(clusterKey(cluster));
   return true;
 }
 
 class ScaleBody extends FormBody<ICluster | null> {
   constructor(
     private readonly _cluster: ICluster,
+    private readonly _route: IClusterRoute,
     private readonly _settings: ServerConnection.ISettings
   ) {
     super();
@@ -291,7 +376,7 @@ class ScaleBody extends FormBody<ICluster | null> {
     const text = this._workers.trim();
     try {
       this._result = await patchCluster(
-        this._cluster.name,
+        this._route,
         { workers: /^\d+$/.test(text) ? Number(text) : text },
         this._settings
       );
@@ -356,12 +441,12 @@ class ScaleBody extends FormBody<ICluster | null> {
 
 export async function scaleCluster(
   ctx: IRaylabContext,
-  name: string
+  cluster: ICluster
 ): Promise<void> {
-  const cluster = clusterOrThrow(ctx, name);
+  const route = await routeOf(ctx, cluster);
   const dialog = new FormDialog<ICluster | null>({
-    title: `Scale ${name}`,
-    body: new ScaleBody(cluster, ctx.serverSettings),
+    title: `Scale ${displayName(cluster, route)}`,
+    body: new ScaleBody(cluster, route, ctx.serverSettings),
     buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Scale' })],
     focusNodeSelector: 'input'
   });

@@ -87,8 +87,12 @@ export interface ICluster {
   uid?: string;
   /** Absent from servers older than idle suspension. */
   idle?: IIdleState;
-  /** Below the server's base URL; absent in live events. */
-  dashboard_path?: string;
+  /**
+   * The proxied Ray dashboard, below the server's base URL; null when this
+   * server has none for it (a cluster in another user's namespace). Absent
+   * from older servers: then `clusters/NAME/dashboard/`.
+   */
+  dashboard_path?: string | null;
 }
 
 /**
@@ -109,10 +113,55 @@ export interface ICreateRequest {
 }
 
 /**
- * The reply of `GET clusters`.
+ * A cluster's identity in the model, the sidebar and the commands:
+ * `namespace/name`, as the server's cache keys it (an admin's overview holds
+ * alice's `exp` and bob's `exp`); the name alone on the local backend.
  */
-function clusterPath(name: string, ...rest: string[]): string {
-  return ['clusters', encodeURIComponent(name), ...rest].join('/');
+export function clusterKey(cluster: {
+  name: string;
+  namespace: string | null;
+}): string {
+  return cluster.namespace
+    ? `${cluster.namespace}/${cluster.name}`
+    : cluster.name;
+}
+
+/**
+ * Where the REST API finds one cluster: `clusters/NAME` when `namespace` is
+ * null, else `namespaces/NS/clusters/NAME` (admins only). Made by
+ * {@link clusterRoute}.
+ */
+export interface IClusterRoute {
+  readonly name: string;
+  readonly namespace: string | null;
+}
+
+/**
+ * The route of a cluster, given the server's home namespace (the profiles
+ * reply's `namespace`, where a name alone points): a cluster in another
+ * namespace gets the namespaced path. `home` undefined (a server that does
+ * not say, older than the overview): the name alone.
+ */
+export function clusterRoute(
+  cluster: { name: string; namespace: string | null },
+  home: string | null | undefined
+): IClusterRoute {
+  const elsewhere =
+    home !== undefined &&
+    cluster.namespace !== null &&
+    cluster.namespace !== home;
+  return {
+    name: cluster.name,
+    namespace: elsewhere ? cluster.namespace : null
+  };
+}
+
+function clusterPath(route: IClusterRoute, ...rest: string[]): string {
+  const path = ['clusters', encodeURIComponent(route.name), ...rest];
+  if (route.namespace !== null) {
+    path.unshift('namespaces', encodeURIComponent(route.namespace));
+  }
+  return path.join('/');
 }
 
 /**
@@ -132,12 +181,12 @@ export async function createCluster(
 }
 
 export async function patchCluster(
-  name: string,
+  route: IClusterRoute,
   body: { workers: number | string } | { suspend: boolean },
   settings?: ServerConnection.ISettings
 ): Promise<ICluster> {
   const reply = await requestAPI<{ cluster: ICluster }>(
-    clusterPath(name),
+    clusterPath(route),
     { method: 'PATCH', body: JSON.stringify(body) },
     settings
   );
@@ -146,11 +195,11 @@ export async function patchCluster(
 
 /** Restart an idle cluster's clock (the warning's Keep running). */
 export async function keepRunning(
-  name: string,
+  route: IClusterRoute,
   settings?: ServerConnection.ISettings
 ): Promise<ICluster> {
   const reply = await requestAPI<{ cluster: ICluster }>(
-    clusterPath(name, 'keep-running'),
+    clusterPath(route, 'keep-running'),
     { method: 'POST', body: '{}' },
     settings
   );
@@ -181,23 +230,23 @@ export async function fetchUsage(
 }
 
 export async function deleteCluster(
-  name: string,
+  route: IClusterRoute,
   settings?: ServerConnection.ISettings
 ): Promise<void> {
   await requestAPI<undefined>(
-    clusterPath(name),
+    clusterPath(route),
     { method: 'DELETE' },
     settings
   );
 }
 
 export async function fetchLogs(
-  name: string,
+  route: IClusterRoute,
   tail: number,
   settings?: ServerConnection.ISettings
 ): Promise<string> {
   const reply = await requestAPI<{ name: string; logs: string }>(
-    `${clusterPath(name, 'logs')}?tail=${tail}`,
+    `${clusterPath(route, 'logs')}?tail=${tail}`,
     { method: 'GET' },
     settings
   );
@@ -205,10 +254,13 @@ export async function fetchLogs(
 }
 
 /**
- * The path of the cluster's proxied Ray dashboard, below the server's base URL.
+ * The path of the cluster's proxied Ray dashboard, below the server's base
+ * URL; null when this server has no dashboard for it.
  */
-export function dashboardPath(cluster: ICluster): string {
-  return (
-    cluster.dashboard_path ?? `raylab/${clusterPath(cluster.name)}/dashboard/`
-  );
+export function dashboardPath(cluster: ICluster): string | null {
+  if (cluster.dashboard_path === undefined) {
+    const route = { name: cluster.name, namespace: null };
+    return `raylab/${clusterPath(route)}/dashboard/`;
+  }
+  return cluster.dashboard_path;
 }

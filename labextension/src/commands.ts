@@ -7,9 +7,11 @@ import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 
 import {
   IRaylabContext,
+  clusterOrThrow,
   connectNotebook,
   copyConnectCode,
   deleteWithConfirm,
+  displayName,
   keepClusterRunning,
   newCluster,
   openDashboard,
@@ -19,26 +21,47 @@ import {
   showLogs
 } from './actions';
 import { CommandIDs } from './commandIds';
-import { ICluster } from './clusterApi';
+import {
+  ICluster,
+  IClusterRoute,
+  clusterRoute,
+  dashboardPath
+} from './clusterApi';
 import { ClusterSidebar } from './sidebar';
 
 const CATEGORY = 'Ray';
 
+/** Whether a command applies to a cluster (reached by `route`). */
+type Eligible = (cluster: ICluster, route: IClusterRoute) => boolean;
+
 /**
- * The cluster a command acts on: `args.name`, or (from the palette) one the
- * user picks among those that `eligible` allows.
+ * The cluster a command acts on: `args.name` (in `args.namespace`, when
+ * given; else the home namespace's), or (from the palette) one the user
+ * picks among those that `eligible` allows. Clusters outside the home
+ * namespace (an admin's overview) are offered as "name (namespace)".
  */
 async function chooseCluster(
   ctx: IRaylabContext,
   args: ReadonlyPartialJSONObject,
   title: string,
-  eligible: (c: ICluster) => boolean = () => true
-): Promise<string | null> {
+  eligible: Eligible = () => true
+): Promise<ICluster | null> {
   if (typeof args.name === 'string' && args.name) {
-    return args.name;
+    const namespace =
+      typeof args.namespace === 'string' || args.namespace === null
+        ? args.namespace
+        : undefined;
+    return clusterOrThrow(ctx, args.name, namespace);
   }
-  const names = ctx.model.clusters.filter(eligible).map(c => c.name);
-  if (names.length === 0) {
+  const home = await ctx.home;
+  const choices: [string, ICluster][] = [];
+  for (const c of ctx.model.clusters) {
+    const route = clusterRoute(c, home);
+    if (eligible(c, route)) {
+      choices.push([displayName(c, route), c]);
+    }
+  }
+  if (choices.length === 0) {
     Notification.info('No Ray cluster to act on: create one first.', {
       autoClose: 4000
     });
@@ -47,10 +70,13 @@ async function chooseCluster(
   const result = await InputDialog.getItem({
     title,
     label: 'Cluster',
-    items: names,
+    items: choices.map(([shown]) => shown),
     current: 0
   });
-  return result.button.accept ? result.value : null;
+  if (!result.button.accept) {
+    return null;
+  }
+  return choices.find(([shown]) => shown === result.value)?.[1] ?? null;
 }
 
 function label(
@@ -65,7 +91,7 @@ function label(
 
 /**
  * Register every raylab command; the sidebar's buttons run the same commands
- * with `{name}` and the palette runs them without (the user picks).
+ * with `{name, namespace}` and the palette runs them without (the user picks).
  */
 export function registerCommands(
   ctx: IRaylabContext,
@@ -76,21 +102,25 @@ export function registerCommands(
   const guarded =
     (
       what: string,
-      fn: (name: string) => Promise<void> | void,
+      fn: (cluster: ICluster) => Promise<void> | void,
       title: string,
-      eligible?: (c: ICluster) => boolean
+      eligible?: Eligible
     ) =>
     async (args: ReadonlyPartialJSONObject): Promise<void> => {
-      const name = await chooseCluster(ctx, args, title, eligible);
-      if (name === null) {
-        return;
-      }
+      let name = typeof args.name === 'string' ? args.name : '';
       try {
-        await fn(name);
+        const cluster = await chooseCluster(ctx, args, title, eligible);
+        if (cluster === null) {
+          return;
+        }
+        name = cluster.name;
+        await fn(cluster);
       } catch (reason) {
         reportFailure(`${what} ${name}`, reason);
       }
     };
+  // A notebook's kernel connects to clusters of its own namespace only.
+  const ownNamespace: Eligible = (_, route) => route.namespace === null;
 
   commands.addCommand(CommandIDs.open, {
     label: 'Show Ray Clusters',
@@ -122,11 +152,12 @@ export function registerCommands(
       "Load raylab in the active notebook's kernel and connect it to the cluster",
     execute: guarded(
       'Could not connect the notebook to',
-      async name => {
-        const message = await connectNotebook(ctx, name);
+      async cluster => {
+        const message = await connectNotebook(ctx, cluster);
         Notification.success(message, { autoClose: 6000 });
       },
-      'Connect the active notebook to'
+      'Connect the active notebook to',
+      ownNamespace
     )
   });
 
@@ -135,8 +166,9 @@ export function registerCommands(
       label(args, 'Copy Connect Code for', 'Copy Ray Cluster Connect Code…'),
     execute: guarded(
       'Could not copy the connect code of',
-      name => copyConnectCode(ctx, name),
-      'Copy the connect code of'
+      cluster => copyConnectCode(cluster),
+      'Copy the connect code of',
+      ownNamespace
     )
   });
 
@@ -144,9 +176,9 @@ export function registerCommands(
     label: args => label(args, 'Open Ray Dashboard of', 'Open Ray Dashboard…'),
     execute: guarded(
       'Could not open the dashboard of',
-      name => openDashboard(ctx, name),
+      cluster => openDashboard(ctx, cluster),
       'Open the Ray dashboard of',
-      c => c.head_ready
+      c => c.head_ready && dashboardPath(c) !== null
     )
   });
 
@@ -154,7 +186,7 @@ export function registerCommands(
     label: args => label(args, 'Show Log of', 'Show Ray Cluster Log…'),
     execute: guarded(
       'Could not show the log of',
-      name => showLogs(ctx, name),
+      cluster => showLogs(ctx, cluster),
       'Show the log of'
     )
   });
@@ -163,7 +195,7 @@ export function registerCommands(
     label: args => label(args, 'Scale', 'Scale Ray Cluster…'),
     execute: guarded(
       'Could not scale',
-      name => scaleCluster(ctx, name),
+      cluster => scaleCluster(ctx, cluster),
       'Scale'
     )
   });
@@ -172,7 +204,7 @@ export function registerCommands(
     label: args => label(args, 'Suspend', 'Suspend Ray Cluster…'),
     execute: guarded(
       'Could not suspend',
-      name => setSuspended(ctx, name, true),
+      cluster => setSuspended(ctx, cluster, true),
       'Suspend',
       c => c.phase !== 'Suspended' && c.phase !== 'Deleting'
     )
@@ -182,7 +214,7 @@ export function registerCommands(
     label: args => label(args, 'Resume', 'Resume Ray Cluster…'),
     execute: guarded(
       'Could not resume',
-      name => setSuspended(ctx, name, false),
+      cluster => setSuspended(ctx, cluster, false),
       'Resume',
       c => c.phase === 'Suspended'
     )
@@ -194,10 +226,10 @@ export function registerCommands(
     caption: "Restart an idle cluster's clock so that it is not suspended",
     execute: guarded(
       'Could not keep running',
-      async name => {
-        await keepClusterRunning(ctx, name);
+      async cluster => {
+        await keepClusterRunning(ctx, cluster);
         Notification.success(
-          `${name} keeps running; its idle clock starts again.`,
+          `${cluster.name} keeps running; its idle clock starts again.`,
           {
             autoClose: 4000
           }
@@ -212,8 +244,8 @@ export function registerCommands(
     label: args => label(args, 'Delete', 'Delete Ray Cluster…'),
     execute: guarded(
       'Could not delete',
-      async name => {
-        await deleteWithConfirm(ctx, name);
+      async cluster => {
+        await deleteWithConfirm(ctx, cluster);
       },
       'Delete',
       c => c.phase !== 'Deleting'

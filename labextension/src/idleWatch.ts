@@ -3,7 +3,7 @@ import { CommandRegistry } from '@lumino/commands';
 import { ServerConnection } from '@jupyterlab/services';
 
 import { describeError } from './api';
-import { fetchUsage } from './clusterApi';
+import { clusterKey, fetchUsage } from './clusterApi';
 import { CommandIDs } from './commandIds';
 import { ClusterListModel, IClusterListState } from './model';
 import { clockText, isWarned } from './render';
@@ -35,7 +35,7 @@ export function watchIdleWarnings(
       if (!isWarned(c) || at === null) {
         continue;
       }
-      const key = `${c.name}@${at}`;
+      const key = `${clusterKey(c)}@${at}`;
       const mine = sidebar.user === null || c.owner === sidebar.user.name;
       if (shown.has(key) || !mine) {
         continue;
@@ -54,7 +54,10 @@ export function watchIdleWarnings(
               label: 'Keep running',
               caption: `Restart the idle clock of ${c.name}`,
               callback: () => {
-                void commands.execute(CommandIDs.keepRunning, { name: c.name });
+                void commands.execute(CommandIDs.keepRunning, {
+                  name: c.name,
+                  namespace: c.namespace
+                });
               }
             }
           ]

@@ -63,26 +63,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
   ): void => {
     const serverSettings = app.serviceManager.serverSettings;
     const model = new ClusterListModel({ serverSettings });
-    const ctx: IRaylabContext = {
-      app,
-      model,
-      serverSettings,
-      notebooks,
-      config: { ...DEFAULT_CONFIG }
-    };
-    const sidebar = new ClusterSidebar(model, app.commands);
-    app.shell.add(sidebar, 'left', { rank: 750, type: 'Ray clusters' });
-    restorer?.add(sidebar, sidebar.id);
-    registerCommands(ctx, sidebar, palette);
-    watchIdleWarnings(model, sidebar, app.commands, serverSettings);
-    model.start();
-
     // Never let a missing or failing server extension break activation: the
     // sidebar's banner says what is wrong with the event stream.
     const profiles = fetchProfiles(serverSettings).then(
       reply => {
         console.log(`raylab: ${reply.gpu_types.length} GPU profiles`);
-        sidebar.user = reply.user;
         return reply;
       },
       (reason: unknown) => {
@@ -92,6 +77,25 @@ const plugin: JupyterFrontEndPlugin<void> = {
         return null;
       }
     );
+    const ctx: IRaylabContext = {
+      app,
+      model,
+      serverSettings,
+      notebooks,
+      config: { ...DEFAULT_CONFIG },
+      home: profiles.then(reply => reply?.namespace)
+    };
+    const sidebar = new ClusterSidebar(model, app.commands);
+    app.shell.add(sidebar, 'left', { rank: 750, type: 'Ray clusters' });
+    restorer?.add(sidebar, sidebar.id);
+    registerCommands(ctx, sidebar, palette);
+    watchIdleWarnings(model, sidebar, app.commands, serverSettings);
+    model.start();
+    void profiles.then(reply => {
+      if (reply) {
+        sidebar.user = reply.user;
+      }
+    });
     if (notebooks) {
       registerExport({
         app,

@@ -8,7 +8,7 @@ import {
 import React from 'react';
 
 import { describeError } from './api';
-import { fetchLogs } from './clusterApi';
+import { IClusterRoute, fetchLogs } from './clusterApi';
 
 /** The log text, kept scrolled to its end as `tail -f` readers expect. */
 function LogText(props: { text: string; label: string }): React.ReactElement {
@@ -31,11 +31,14 @@ function LogText(props: { text: string; label: string }): React.ReactElement {
 }
 
 /**
- * The head's log of one cluster (`GET clusters/<name>/logs?tail=N`), with a
+ * The head's log of one cluster (`GET clusters/<name>/logs?tail=N`, or
+ * `namespaces/<ns>/clusters/<name>/logs` for one in another namespace), with a
  * refresh button. Refreshed on request, not on a timer.
  */
 export class LogsView extends ReactWidget {
   constructor(
+    readonly route: IClusterRoute,
+    /** "exp", or "exp (ray-bob)" for a cluster in another namespace. */
     readonly clusterName: string,
     private readonly _settings: ServerConnection.ISettings,
     private readonly _tail: number
@@ -48,11 +51,7 @@ export class LogsView extends ReactWidget {
     this._loading = true;
     this.update();
     try {
-      this._text = await fetchLogs(
-        this.clusterName,
-        this._tail,
-        this._settings
-      );
+      this._text = await fetchLogs(this.route, this._tail, this._settings);
       this._error = null;
       this._fetchedAt = new Date();
     } catch (reason) {
@@ -93,13 +92,13 @@ export class LogsView extends ReactWidget {
 }
 
 export function createLogsPanel(
+  route: IClusterRoute,
   name: string,
   settings: ServerConnection.ISettings,
   tail: number
 ): MainAreaWidget<LogsView> {
-  const content = new LogsView(name, settings, tail);
+  const content = new LogsView(route, name, settings, tail);
   const panel = new MainAreaWidget({ content });
-  panel.id = `raylab-logs-${name}`;
   panel.title.label = `Ray logs: ${name}`;
   panel.title.closable = true;
   panel.toolbar.addItem(

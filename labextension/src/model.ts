@@ -4,7 +4,7 @@ import { IDisposable } from '@lumino/disposable';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { API_NAMESPACE, RaylabAPIError, describeError } from './api';
-import { ICluster } from './clusterApi';
+import { ICluster, clusterKey } from './clusterApi';
 import { ISSEMessage, readEventStream } from './sse';
 
 /**
@@ -21,7 +21,10 @@ export type StreamState = 'connecting' | 'open' | 'retrying';
  * every change, so React can compare by identity.
  */
 export interface IClusterListState {
-  /** Sorted by name. Unchanged clusters keep their object identity. */
+  /**
+   * Sorted by name, then namespace. Unchanged clusters keep their object
+   * identity.
+   */
   readonly clusters: ReadonlyArray<ICluster>;
   readonly stream: StreamState;
   /** True once a snapshot arrived (the list is known, possibly stale). */
@@ -89,8 +92,9 @@ export class ClusterListModel implements IDisposable {
     return this._state.clusters;
   }
 
-  get(name: string): ICluster | undefined {
-    return this._byName.get(name);
+  /** The cluster of this {@link clusterKey} (`namespace/name`). */
+  get(key: string): ICluster | undefined {
+    return this._byKey.get(key);
   }
 
   get isDisposed(): boolean {
@@ -128,9 +132,9 @@ export class ClusterListModel implements IDisposable {
     this._apply([{ type: 'MODIFIED', cluster }]);
   }
 
-  /** Forget a cluster the caller just deleted. */
-  remove(name: string): void {
-    const cluster = this._byName.get(name);
+  /** Forget a cluster the caller just deleted (by its {@link clusterKey}). */
+  remove(key: string): void {
+    const cluster = this._byKey.get(key);
     if (cluster) {
       this._apply([{ type: 'DELETED', cluster }]);
     }
@@ -172,7 +176,9 @@ export class ClusterListModel implements IDisposable {
     for (const body of bodies) {
       switch (body.type) {
         case 'SNAPSHOT':
-          this._byName = new Map((body.clusters ?? []).map(c => [c.name, c]));
+          this._byKey = new Map(
+            (body.clusters ?? []).map(c => [clusterKey(c), c])
+          );
           listChanged = true;
           patch.loaded = true;
           patch.stream = 'open';
@@ -184,16 +190,16 @@ export class ClusterListModel implements IDisposable {
           break;
         case 'ADDED':
         case 'MODIFIED':
-          if (
-            body.cluster &&
-            this._byName.get(body.cluster.name) !== body.cluster
-          ) {
-            this._byName.set(body.cluster.name, body.cluster);
-            listChanged = true;
+          if (body.cluster) {
+            const key = clusterKey(body.cluster);
+            if (this._byKey.get(key) !== body.cluster) {
+              this._byKey.set(key, body.cluster);
+              listChanged = true;
+            }
           }
           break;
         case 'DELETED':
-          if (body.cluster && this._byName.delete(body.cluster.name)) {
+          if (body.cluster && this._byKey.delete(clusterKey(body.cluster))) {
             listChanged = true;
           }
           break;
@@ -206,9 +212,7 @@ export class ClusterListModel implements IDisposable {
       }
     }
     if (listChanged) {
-      patch.clusters = [...this._byName.values()].sort((a, b) =>
-        a.name < b.name ? -1 : a.name > b.name ? 1 : 0
-      );
+      patch.clusters = [...this._byKey.values()].sort(byNameThenNamespace);
     }
     if (Object.keys(patch).length > 0) {
       this._set(patch);
@@ -321,7 +325,8 @@ export class ClusterListModel implements IDisposable {
   private _maxBackoff: number;
   private _staleAfter: number;
   private _staleReason: string | null = null;
-  private _byName = new Map<string, ICluster>();
+  // By clusterKey: alice's and bob's `exp` are two clusters in an overview.
+  private _byKey = new Map<string, ICluster>();
   private _state: IClusterListState = {
     clusters: [],
     stream: 'connecting',
@@ -339,6 +344,12 @@ export class ClusterListModel implements IDisposable {
   private _attempt = 0;
   private _abort: AbortController | null = null;
   private _wake: (() => void) | null = null;
+}
+
+/** The list's order (the server's too): by name, then namespace. */
+function byNameThenNamespace(a: ICluster, b: ICluster): number {
+  const order = (x: string, y: string): number => (x < y ? -1 : x > y ? 1 : 0);
+  return order(a.name, b.name) || order(a.namespace ?? '', b.namespace ?? '');
 }
 
 function describeStreamError(reason: unknown): string {

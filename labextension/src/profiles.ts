@@ -64,6 +64,11 @@ export interface IProfilesReply {
   user: IUser;
   /** Optional endpoints the server has, e.g. `'export'` (older servers: none). */
   features?: string[];
+  /**
+   * Where a name alone (`clusters/NAME`) points: the backend's namespace,
+   * null on the local backend; absent from servers older than the overview.
+   */
+  namespace?: string | null;
 }
 
 /**

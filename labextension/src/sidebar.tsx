@@ -18,7 +18,13 @@ import {
 } from '@jupyterlab/ui-components';
 import React from 'react';
 
-import { ICluster, IUsage, Phase } from './clusterApi';
+import {
+  ICluster,
+  IUsage,
+  Phase,
+  clusterKey,
+  dashboardPath
+} from './clusterApi';
 import { useNow } from './clock';
 import { CommandIDs } from './commandIds';
 import { rayClusterIcon } from './icons';
@@ -37,7 +43,31 @@ import {
   suspendedText
 } from './render';
 
-type Run = (command: string, name?: string) => Promise<void>;
+/** Run a command, on `cluster` when given (as `{name, namespace}`). */
+type Run = (command: string, cluster?: ICluster) => Promise<void>;
+
+/**
+ * Run `run`'s commands on one cluster, at most one at a time: `busy` names
+ * the one under way ("Deleting…"), for the buttons to say and to wait on.
+ */
+function useClusterActions(
+  cluster: ICluster,
+  run: Run
+): [string | null, (command: string, label: string) => () => void] {
+  const [busy, setBusy] = React.useState<string | null>(null);
+  const act = (command: string, label: string) => (): void => {
+    setBusy(label);
+    void run(command, cluster).finally(() => setBusy(null));
+  };
+  return [busy, act];
+}
+
+/** A DOM id's part for the cluster (`_` is in no namespace or name). */
+function domId(cluster: ICluster): string {
+  return cluster.namespace
+    ? `${cluster.namespace}_${cluster.name}`
+    : cluster.name;
+}
 
 const PHASE_CLASS: Record<Phase, string> = {
   Pending: 'jp-raylab-phase-pending',
@@ -161,20 +191,17 @@ interface ICardProps {
  */
 function ClusterCardView(props: ICardProps): React.ReactElement {
   const { cluster: c, run } = props;
-  const [busy, setBusy] = React.useState<string | null>(null);
-  const act = (command: string, label: string) => (): void => {
-    setBusy(label);
-    void run(command, c.name).finally(() => setBusy(null));
-  };
+  const [busy, act] = useClusterActions(c, run);
   const deleting = c.phase === 'Deleting';
   const connectable = canConnect(c);
   const phase = phaseText(c);
   const reason = suspendedText(c) || c.reason;
-  const titleId = `jp-raylab-card-${c.name}`;
+  const titleId = `jp-raylab-card-${domId(c)}`;
   return (
     <li
       className={`jp-raylab-card${props.stale ? ' jp-raylab-mod-stale' : ''}`}
       data-cluster={c.name}
+      data-namespace={c.namespace ?? undefined}
       data-phase={c.phase}
       aria-labelledby={titleId}
     >
@@ -227,12 +254,14 @@ function ClusterCardView(props: ICardProps): React.ReactElement {
           />
         </div>
         <div className="jp-raylab-card-secondary">
-          <IconButton
-            icon={launchIcon}
-            label={`Open the Ray dashboard of ${c.name}`}
-            disabled={!c.head_ready}
-            onClick={act(CommandIDs.dashboard, 'Opening…')}
-          />
+          {dashboardPath(c) !== null && (
+            <IconButton
+              icon={launchIcon}
+              label={`Open the Ray dashboard of ${c.name}`}
+              disabled={!c.head_ready}
+              onClick={act(CommandIDs.dashboard, 'Opening…')}
+            />
+          )}
           <IconButton
             icon={listIcon}
             label={`Show the log of ${c.name}`}
@@ -352,10 +381,13 @@ function EmptyState(props: { run: Run; showAll: boolean }): React.ReactElement {
   );
 }
 
-type SortKey = 'owner' | 'name' | 'gpus' | 'phase' | 'idle' | 'hours';
+type SortKey =
+  'owner' | 'namespace' | 'name' | 'gpus' | 'phase' | 'idle' | 'hours';
 
+/** The overview's columns; Namespace only where clusters have one (KubeRay). */
 const COLUMNS: [SortKey, string][] = [
   ['owner', 'Owner'],
+  ['namespace', 'Namespace'],
   ['name', 'Cluster'],
   ['gpus', 'GPUs'],
   ['phase', 'Status'],
@@ -364,13 +396,72 @@ const COLUMNS: [SortKey, string][] = [
 ];
 
 /**
+ * One overview row's actions: what an admin does to someone's cluster
+ * (the commands reach clusters in other namespaces by their namespaced path).
+ */
+function OverviewActions(props: {
+  cluster: ICluster;
+  run: Run;
+}): React.ReactElement {
+  const { cluster: c, run } = props;
+  const [busy, act] = useClusterActions(c, run);
+  const deleting = c.phase === 'Deleting';
+  const which = c.namespace ? `${c.name} in ${c.namespace}` : c.name;
+  return (
+    <div
+      className="jp-raylab-overview-actions"
+      role="group"
+      aria-label={`Actions for ${which}`}
+    >
+      {dashboardPath(c) !== null && (
+        <IconButton
+          icon={launchIcon}
+          label={`Open the Ray dashboard of ${which}`}
+          disabled={!c.head_ready}
+          onClick={act(CommandIDs.dashboard, 'Opening…')}
+        />
+      )}
+      <IconButton
+        icon={listIcon}
+        label={`Show the log of ${which}`}
+        onClick={act(CommandIDs.logs, 'Opening…')}
+      />
+      {canSuspend(c.phase) ? (
+        <IconButton
+          icon={pauseIcon}
+          label={`Suspend ${which}`}
+          disabled={busy !== null}
+          onClick={act(CommandIDs.suspend, 'Suspending…')}
+        />
+      ) : (
+        <IconButton
+          icon={runIcon}
+          label={`Resume ${which}`}
+          disabled={deleting || busy !== null}
+          onClick={act(CommandIDs.resume, 'Resuming…')}
+        />
+      )}
+      <IconButton
+        icon={deleteIcon}
+        label={`Delete ${which}`}
+        className="jp-raylab-delete"
+        disabled={deleting || busy !== null}
+        onClick={act(CommandIDs.remove, 'Deleting…')}
+      />
+    </div>
+  );
+}
+
+/**
  * The admins' "All users" view: every cluster in one sortable table, idle
- * ones marked (sorted first by default: the ones worth a look).
+ * ones marked (sorted first by default: the ones worth a look), each with
+ * its actions.
  */
 function Overview(props: {
   clusters: ReadonlyArray<ICluster>;
   usage: IUsage | null;
   stale: boolean;
+  run: Run;
 }): React.ReactElement {
   const now = useNow(15000) / 1000;
   const [sort, setSort] = React.useState<{ key: SortKey; down: boolean }>({
@@ -383,6 +474,8 @@ function Overview(props: {
     switch (sort.key) {
       case 'owner':
         return c.owner;
+      case 'namespace':
+        return c.namespace ?? '';
       case 'name':
         return c.name;
       case 'gpus':
@@ -398,9 +491,12 @@ function Overview(props: {
   const rows = [...props.clusters].sort((a, b) => {
     const x = value(a);
     const y = value(b);
-    const order = x < y ? -1 : x > y ? 1 : a.name < b.name ? -1 : 1;
+    const order =
+      x < y ? -1 : x > y ? 1 : clusterKey(a) < clusterKey(b) ? -1 : 1;
     return sort.down ? -order : order;
   });
+  const namespaced = props.clusters.some(c => c.namespace !== null);
+  const columns = COLUMNS.filter(([key]) => namespaced || key !== 'namespace');
   return (
     <table
       className={`jp-raylab-overview${props.stale ? ' jp-raylab-mod-stale' : ''}`}
@@ -408,7 +504,7 @@ function Overview(props: {
     >
       <thead>
         <tr>
-          {COLUMNS.map(([key, label]) => (
+          {columns.map(([key, label]) => (
             <th
               key={key}
               aria-sort={
@@ -425,7 +521,10 @@ function Overview(props: {
                 onClick={() =>
                   setSort({
                     key,
-                    down: sort.key === key ? !sort.down : key !== 'owner'
+                    down:
+                      sort.key === key
+                        ? !sort.down
+                        : key !== 'owner' && key !== 'namespace'
                   })
                 }
               >
@@ -433,6 +532,7 @@ function Overview(props: {
               </button>
             </th>
           ))}
+          <th>Actions</th>
         </tr>
       </thead>
       <tbody>
@@ -441,16 +541,21 @@ function Overview(props: {
           const idleNow = idleSeconds(c, now) !== null;
           return (
             <tr
-              key={c.name}
+              key={clusterKey(c)}
               data-cluster={c.name}
+              data-namespace={c.namespace ?? undefined}
               className={idleNow ? 'jp-raylab-mod-idle' : undefined}
             >
               <td>{c.owner}</td>
+              {namespaced && <td>{c.namespace}</td>}
               <td>{c.name}</td>
               <td>{gpusText(c)}</td>
               <td title={phaseText(c)}>{c.phase}</td>
               <td>{idle}</td>
               <td>{gpuHoursText(hours(c))}</td>
+              <td>
+                <OverviewActions cluster={c} run={props.run} />
+              </td>
             </tr>
           );
         })}
@@ -528,7 +633,12 @@ function ClusterPanel(props: {
       ) : state.clusters.length === 0 ? (
         <EmptyState run={run} showAll={state.showAll} />
       ) : state.showAll ? (
-        <Overview clusters={state.clusters} usage={props.usage} stale={stale} />
+        <Overview
+          clusters={state.clusters}
+          usage={props.usage}
+          stale={stale}
+          run={run}
+        />
       ) : (
         <ul
           className="jp-raylab-cards"
@@ -538,7 +648,7 @@ function ClusterPanel(props: {
         >
           {state.clusters.map(c => (
             <ClusterCard
-              key={c.name}
+              key={clusterKey(c)}
               cluster={c}
               showOwner={showOwner}
               stale={stale}
@@ -619,8 +729,13 @@ export class ClusterSidebar extends SidePanel {
       })
     );
 
-    this._list = new ClusterListView(model, async (command, name) => {
-      await commands.execute(command, name === undefined ? {} : { name });
+    this._list = new ClusterListView(model, async (command, cluster) => {
+      await commands.execute(
+        command,
+        cluster === undefined
+          ? {}
+          : { name: cluster.name, namespace: cluster.namespace }
+      );
     });
     this.addWidget(this._list);
   }
