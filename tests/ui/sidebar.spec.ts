@@ -310,6 +310,20 @@ test('a cluster made by %raycluster up in a notebook appears live', async ({
   await expect(
     overview.getByRole('columnheader', { name: 'Owner' })
   ).toBeVisible();
+  // The local backend has no namespaces: no Namespace column. Each row has its
+  // actions (the dashboard too: this server proxies it).
+  await expect(
+    overview.getByRole('columnheader', { name: 'Namespace' })
+  ).toHaveCount(0);
+  await expect(row).not.toHaveAttribute('data-namespace', /.*/);
+  for (const action of [
+    'Open the Ray dashboard of nb-made',
+    'Show the log of nb-made',
+    'Suspend nb-made',
+    'Delete nb-made'
+  ]) {
+    await expect(row.getByRole('button', { name: action })).toBeVisible();
+  }
   await overview.getByRole('button', { name: 'Cluster' }).click();
   await expect(
     overview.getByRole('columnheader', { name: 'Cluster' })
