@@ -264,24 +264,61 @@ test('bob, beside alice, can neither see nor reach her cluster', async ({
 test("the admin sees every user's clusters with their owners", async ({
   browser
 }) => {
-  const bobs = process.env.RAYLAB_HUB_BOB_CLUSTER ?? 'bob-proc';
+  // bob's cluster has the name of alice's (test_hub.py made it so): two rows,
+  // told apart by their namespace.
+  const bobs = process.env.RAYLAB_HUB_BOB_CLUSTER ?? CLUSTER;
   const admin = await login(browser, 'admin', ADMIN_PASSWORD);
   const panel = await openSidebar(admin.page);
   await expectLive(panel);
   await panel.getByRole('radio', { name: 'All users' }).check();
   // alice's and bob's clusters are in their own namespaces: the admin's server
-  // sees them through its cluster-wide watch (admin_watch_namespaces).
+  // sees them through its cluster-wide watch (admin_watch_namespaces), and the
+  // overview says whose and where.
   const overview = panel.getByRole('table', { name: "Every user's clusters" });
+  const row = (name: string, owner: string): Locator =>
+    overview.locator(
+      `tr[data-cluster="${name}"][data-namespace="ray-${owner}"]`
+    );
+  await expect(row(CLUSTER, 'alice')).toBeVisible({ timeout: 60_000 });
+  await expect(overview.locator('thead th')).toHaveText([
+    'Owner',
+    'Namespace',
+    'Cluster',
+    'GPUs',
+    'Status',
+    'Idle',
+    'GPU-h (7 d)',
+    'Actions'
+  ]);
   for (const [name, owner] of [
     [CLUSTER, 'alice'],
     [bobs, 'bob']
   ]) {
-    const row = overview.locator(`tr[data-cluster="${name}"]`);
-    await expect(row.locator('td').nth(0)).toHaveText(owner, {
+    const it = row(name, owner);
+    await expect(it.locator('td').nth(0)).toHaveText(owner, {
       timeout: 60_000
     });
-    await expect(row.locator('td').nth(1)).toHaveText(name);
+    await expect(it.locator('td').nth(1)).toHaveText(`ray-${owner}`);
+    await expect(it.locator('td').nth(2)).toHaveText(name);
+    // Their dashboards are behind their owners' servers, not the admin's.
+    await expect(
+      it.getByRole('button', { name: /Open the Ray dashboard/ })
+    ).toHaveCount(0);
   }
+  // The admin suspends bob's cluster from the overview: the sidebar sends it
+  // to namespaces/ray-bob/clusters/NAME (test_hub.py checks it in Kubernetes);
+  // alice's, of the same name, stays as it was.
+  const his = row(bobs, 'bob');
+  await his
+    .getByRole('button', { name: `Suspend ${bobs} in ray-bob`, exact: true })
+    .click();
+  await expect(his.locator('td').nth(4)).toHaveText('Suspended', {
+    timeout: 60_000
+  });
+  await expect(
+    his.getByRole('button', { name: `Resume ${bobs} in ray-bob` })
+  ).toBeVisible();
+  await expect(row(CLUSTER, 'alice').locator('td').nth(4)).toHaveText('Ready');
   await admin.context.close();
 });
 

@@ -31,7 +31,8 @@ from .deployment import ADMIN_PASSWORD, USER_PASSWORD, Hub
 pytestmark = pytest.mark.ui
 
 CLUSTER = "alice-exp"
-BOB_CLUSTER = "bob-proc"
+# bob's cluster has the name of alice's: the admin's overview tells them apart by namespace.
+BOB_CLUSTER = CLUSTER
 CHROMIUM = os.environ.get("RAYLAB_CHROMIUM", "/usr/bin/chromium")
 CONFIG = Path(__file__).with_name("playwright.config.ts")
 RESTART_MARK = "READY-FOR-RESTART"
@@ -114,7 +115,7 @@ def test_the_admin_sees_every_users_clusters_with_their_owners(
     from kubernetes import config as k8s_config
 
     # bob makes a small cluster (a head alone) as his magics would: his own account, in
-    # his own namespace.
+    # his own namespace, under the same name as alice's.
     with k8s_config.new_client_from_config(config_file=hub.kubeconfigs["raylab-bob"]) as api:
         bobs = KubeRayBackend(alice_clusters.settings, api_client=api, namespace="ray-bob")
         request = {"name": BOB_CLUSTER, "gpu_type": PROCESS_GPU_TYPE, "workers": 0,
@@ -126,6 +127,12 @@ def test_the_admin_sees_every_users_clusters_with_their_owners(
                 env={"RAYLAB_HUB_ADMIN_PASSWORD": ADMIN_PASSWORD,
                      "RAYLAB_HUB_BOB_CLUSTER": BOB_CLUSTER},
             )  # fmt: skip
+            # The admin suspended it from the overview, by its namespaced path: bob's own
+            # cluster in ray-bob, alice's untouched.
+            his = bobs.get(BOB_CLUSTER)
+            assert his is not None
+            assert his.phase == Phase.SUSPENDED
+            assert cluster(alice_clusters).phase == Phase.READY
         finally:
             bobs.delete(BOB_CLUSTER, propagation="Background")
 
