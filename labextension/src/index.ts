@@ -91,9 +91,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
     registerCommands(ctx, sidebar, palette);
     watchIdleWarnings(model, sidebar, app.commands, serverSettings);
     model.start();
+    let user: string | null = null;
     void profiles.then(reply => {
       if (reply) {
         sidebar.user = reply.user;
+        user = reply.user;
       }
     });
     if (notebooks) {
@@ -103,7 +105,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
         palette,
         toolbars,
         serverSettings,
-        clusters: () => model.clusters.map(c => c.name),
+        // A notebook exports with its owner's cluster: an admin's "All users"
+        // list holds everyone's.
+        clusters: () =>
+          model.clusters
+            .filter(c => user === null || c.owner === user)
+            .map(c => c.name),
         profiles
       });
     }

@@ -94,7 +94,7 @@ class KubeRayLedger:
     def load(self, owner: str | None = None) -> list[Interval]:
         from kubernetes.client.exceptions import ApiException
 
-        from ..backends.kuberay_errors import api_errors
+        from ..backends.kuberay_errors import ALL_NAMESPACES, api_errors
 
         if owner is not None:
             try:
@@ -104,11 +104,19 @@ class KubeRayLedger:
                     return []
                 raise
             return _parse(((body or {}).get("data") or {}).get(DATA_KEY, ""))
+        # Everyone's ledgers (an admin's --all): in each namespace the backend lists
+        # clusters from, so an admin overview across namespaces counts every user.
         selector = f"{MANAGED_BY_LABEL}={MANAGED_BY},{USAGE_LABEL}=true"
-        with api_errors(self.backend._call("list", "configmaps")):
-            items = self.backend._json(
-                self.core.list_namespaced_config_map, self.namespace, label_selector=selector
-            )["items"]
+        items: list[dict[str, Any]] = []
+        for scope in getattr(self.backend, "scopes", [self.namespace]):
+            if scope is None:
+                call = self.backend._call("list", "configmaps", namespace=ALL_NAMESPACES)
+                listing: tuple[Any, ...] = (self.core.list_config_map_for_all_namespaces,)
+            else:
+                call = self.backend._call("list", "configmaps", namespace=scope)
+                listing = (self.core.list_namespaced_config_map, scope)
+            with api_errors(call):
+                items += self.backend._json(*listing, label_selector=selector)["items"]
         out: list[Interval] = []
         for item in items:
             out.extend(_parse((item.get("data") or {}).get(DATA_KEY, "")))

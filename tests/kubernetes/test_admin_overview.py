@@ -4,6 +4,7 @@ operator: alice's and bob's clusters, both named `exp`, in their own namespaces.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +13,8 @@ from controlplane import wait_until
 from kubernetes import client as k8s_client
 
 from raylab.backends.kuberay import KubeRayBackend
+from raylab.culler.ledger import Interval
+from raylab.culler.ledger_store import KubeRayLedger
 from raylab.errors import Forbidden, NotFound
 from raylab.model import ClusterInfo, Phase
 from raylab.service import ClusterService
@@ -124,3 +127,30 @@ def test_without_the_cluster_role_the_admin_is_told_what_to_bind(
             backend.clusters()
     assert "list rayclusters.ray.io in every namespace" in err.value.message
     assert "raylab-admin-overview" in str(err.value.detail)
+
+
+def test_an_admin_counts_everyones_gpu_hours_across_namespaces(
+    alice_api: k8s_client.ApiClient,
+    bob_api: k8s_client.ApiClient,
+    overseer: Any,
+    spaces: tuple[str, str, str],
+) -> None:
+    """Each user's GPU-hours ledger sits in their own namespace (written by their own
+    server's culler); the admin's `usage --all` reads them all with the ClusterRole."""
+    home, a, b = spaces
+    now = time.time()
+    for api, namespace, owner, gpus in ((alice_api, a, "alice", 2), (bob_api, b, "bob", 1)):
+        backend = KubeRayBackend(SETTINGS, api_client=api, namespace=namespace)
+        row = Interval(uid=f"uid-{owner}", cluster="exp", owner=owner, gpu_type="a100",
+                       gpus=gpus, start=now - 3600, end=now)  # fmt: skip
+        KubeRayLedger(backend).save(owner, [row], keep_after=now - 86400)
+    seen = {}
+    for watched in (["*"], [a, b]):
+        admin = KubeRayBackend(SETTINGS, api_client=overseer, namespace=home,
+                               watch_namespaces=watched)  # fmt: skip
+        rows = KubeRayLedger(admin).load()
+        seen[watched[0]] = sorted((i.owner, i.gpus) for i in rows if i.uid.startswith("uid-"))
+    assert seen == {"*": [("alice", 2), ("bob", 1)], a: [("alice", 2), ("bob", 1)]}
+    # A user's own server still reads only its own namespace.
+    alone = KubeRayBackend(SETTINGS, api_client=alice_api, namespace=a)
+    assert [i.owner for i in KubeRayLedger(alone).load()] == ["alice"]
