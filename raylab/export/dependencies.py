@@ -3,7 +3,10 @@ and the tests' local wheelhouse (tests/export/wheelhouse.py) all read these."""
 
 from __future__ import annotations
 
-PIPELINE = ("dagster==1.13.*", "dagster-ray[kuberay]==0.4.8")
+# dagster-ray 0.4.8 binds each RayJob to its Ray Client session with
+# ApiClient.call_api(response_type=...), which the kubernetes client renamed in 36: a
+# step then fails right after connecting (tests/kubernetes/test_export_e2e.py found it).
+PIPELINE = ("dagster==1.13.*", "dagster-ray[kuberay]==0.4.8", "kubernetes>=31,<36")
 TESTS = ("pytest>=8", "ipython>=8")  # the project's `test` extra
 BUILD = ("hatchling>=1.27",)  # its build backend
 

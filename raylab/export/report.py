@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import dependencies
+from . import dependencies, run_rights
 from .cluster import ClusterTarget, token_secret_name
 from .codegen import StepPlan
 from .model import Analysis
@@ -50,6 +50,10 @@ def build_report(
         f"RAYLAB_RAY_BACKEND=local dagster dev -m {package}.definitions   # on this machine",
         f"dagster dev -m {package}.definitions   # each step on a new KubeRay RayJob",
         "```",
+        "",
+        "Launch runs from `dagster dev` or a schedule: after a run, `dagster job execute` "
+        "initializes the resources once more to build its result, which makes a second "
+        "RayJob.",
         "",
         "| environment variable | meaning |",
         "|---|---|",
@@ -99,6 +103,20 @@ def build_report(
         f"kubectl -n {target.namespace} create secret generic {token_secret_name(name)} "
         "--from-literal=auth_token=$(openssl rand -hex 32)",
         "```",
+        "",
+        "The runs' Kubernetes identity (the service account of Dagster's run pods, or "
+        "whoever runs `dagster`) needs this Role in that namespace, bound with a "
+        "RoleBinding:",
+        "",
+        "```yaml",
+        *run_rights.role_yaml(name, target.namespace).splitlines(),
+        "```",
+        "",
+    ]
+    lines += _table(["rule", "why"], [[", ".join(f"`{r}`" for r in rule.resources)
+                                       + ": " + ", ".join(rule.verbs), rule.why]
+                                      for rule in run_rights.RULES])  # fmt: skip
+    lines += [
         "",
         "## Cells",
         "",

@@ -681,19 +681,26 @@ class ControlPlane:
         """
         assert self._binaries is not None
         names = [_crd_name(path) for path in self._binaries.crds]
+        # The API paths each CRD serves: they answer a little after the CRD object is
+        # gone (the apiserver serves them from its own cache of CRDs), and "not installed"
+        # is what a client sees on those paths.
+        served: list[str] = []
         for name in names:
             with contextlib.suppress(FileNotFoundError):
+                crd = self._admin_request("GET", f"{_CRD_PATH}/{name}")
+                group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
+                served += [f"/apis/{group}/{v['name']}/{plural}" for v in crd["spec"]["versions"]]
                 self._admin_request("DELETE", f"{_CRD_PATH}/{name}")
 
-        def gone(name: str) -> bool:
+        def gone(path: str) -> bool:
             try:
-                self._admin_request("GET", f"{_CRD_PATH}/{name}")
+                self._admin_request("GET", path)
             except FileNotFoundError:
                 return True
             return False
 
-        for name in names:
-            wait_until(f"CRD {name} deleted", partial(gone, name), timeout)
+        for path in [f"{_CRD_PATH}/{name}" for name in names] + served:
+            wait_until(f"{path} gone", partial(gone, path), timeout)
 
     def _admin_request(
         self,
