@@ -95,7 +95,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     void profiles.then(reply => {
       if (reply) {
         sidebar.user = reply.user;
-        user = reply.user;
+        user = reply.user.name;
       }
     });
     if (notebooks) {
