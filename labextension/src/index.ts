@@ -91,11 +91,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
     registerCommands(ctx, sidebar, palette);
     watchIdleWarnings(model, sidebar, app.commands, serverSettings);
     model.start();
-    let user: string | null = null;
     void profiles.then(reply => {
       if (reply) {
         sidebar.user = reply.user;
-        user = reply.user.name;
       }
     });
     if (notebooks) {
@@ -109,7 +107,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         // list holds everyone's.
         clusters: () =>
           model.clusters
-            .filter(c => user === null || c.owner === user)
+            .filter(c => sidebar.user === null || c.owner === sidebar.user.name)
             .map(c => c.name),
         profiles
       });

@@ -108,7 +108,7 @@ class KubeRayLedger:
         # clusters from, so an admin overview across namespaces counts every user.
         selector = f"{MANAGED_BY_LABEL}={MANAGED_BY},{USAGE_LABEL}=true"
         items: list[dict[str, Any]] = []
-        for scope in getattr(self.backend, "scopes", [self.namespace]):
+        for scope in self.backend.scopes:
             if scope is None:
                 call = self.backend._call("list", "configmaps", namespace=ALL_NAMESPACES)
                 listing: tuple[Any, ...] = (self.core.list_config_map_for_all_namespaces,)

@@ -41,6 +41,19 @@ def make_notebook(path: Path, cells: Sequence[Cell]) -> Path:
     return path
 
 
+def last_shown(nb: Any) -> str:
+    """What the executed notebook showed last (its last Out[])."""
+    results = [
+        o["data"]["text/plain"]
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if o.output_type == "execute_result"
+    ]
+    assert results, "the notebook showed nothing"
+    return str(results[-1])
+
+
 def read_tree(root: Path) -> dict[str, str]:
     return {
         p.relative_to(root).as_posix(): p.read_text()

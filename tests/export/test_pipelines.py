@@ -36,7 +36,7 @@ from raylab.export.verb import run_export
 from raylab.model import ClusterInfo
 from raylab.service import ClusterService, current_user
 
-from .support import NOTEBOOKS, FreshEnv, Lines
+from .support import NOTEBOOKS, FreshEnv, Lines, last_shown
 
 CLUSTER = "exp-nb"  # the name the notebooks' `%raycluster up` uses
 
@@ -90,18 +90,6 @@ def execute(path: Path) -> Any:
                             resources={"metadata": {"path": str(path.parent)}})  # fmt: skip
     client.execute(env=env)
     return nb
-
-
-def last_shown(nb: Any) -> str:
-    results = [
-        o["data"]["text/plain"]
-        for c in nb.cells
-        if c.cell_type == "code"
-        for o in c.outputs
-        if o.output_type == "execute_result"
-    ]
-    assert results, "the notebook showed nothing"
-    return str(results[-1])
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.notebook for c in CASES])

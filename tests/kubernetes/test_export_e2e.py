@@ -31,8 +31,9 @@ from kubernetes import client as k8s_client
 from nbclient import NotebookClient
 from processnodes import PROCESS_GPU_TYPE, process_profile, resolving_env
 
-from tests.export.support import NOTEBOOKS, FreshEnv
+from tests.export.support import NOTEBOOKS, FreshEnv, last_shown
 
+from .admin_support import account_token, kubeconfig_with
 from .kuberay_support import RAY, grant, new_namespace, user_kubeconfig
 
 NOTEBOOK = "gpu_train"
@@ -67,13 +68,6 @@ def write_config(config_dir: Path) -> None:
     )
 
 
-def last_shown(nb: Any) -> str:
-    results = [o["data"]["text/plain"] for c in nb.cells if c.cell_type == "code"
-               for o in c.outputs if o.output_type == "execute_result"]  # fmt: skip
-    assert results, "the notebook showed nothing"
-    return str(results[-1])
-
-
 def documented(export_md: str) -> tuple[dict[str, Any], str]:
     """The Role and the token Secret's name that the project's EXPORT.md asks for."""
     blocks = [part.split("```", 1)[0] for part in export_md.split("```yaml\n")[1:]]
@@ -85,9 +79,8 @@ def documented(export_md: str) -> tuple[dict[str, Any], str]:
 
 def run_identity(admin: k8s_client.ApiClient, namespace: str, role: dict[str, Any]) -> str:
     """A service account bound to the Role, as the pipeline's runs get one; its token."""
-    core = k8s_client.CoreV1Api(admin)
+    token = account_token(admin, namespace, RUNS)
     rbac = k8s_client.RbacAuthorizationV1Api(admin)
-    call_json(core.create_namespaced_service_account, namespace, {"metadata": {"name": RUNS}})
     call_json(rbac.create_namespaced_role, namespace, role)
     call_json(rbac.create_namespaced_role_binding, namespace, {
         "metadata": {"name": RUNS},
@@ -104,9 +97,7 @@ def run_identity(admin: k8s_client.ApiClient, namespace: str, role: dict[str, An
         return bool(call_json(authz.create_subject_access_review, review)["status"].get("allowed"))
 
     wait_until("the runs' Role applies", allowed, timeout=30)
-    token = call_json(core.create_namespaced_service_account_token, RUNS, namespace,
-                      {"spec": {"expirationSeconds": 3600}})  # fmt: skip
-    return str(token["status"]["token"])
+    return token
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -157,11 +148,8 @@ def test_the_exported_pipeline_runs_its_job_on_kuberay(
         core = k8s_client.CoreV1Api(admin_api)
         call_json(core.create_namespaced_secret, namespace, {
             "metadata": {"name": secret}, "stringData": {"auth_token": token}})  # fmt: skip
-        runs = user_kubeconfig(control_plane.kubeconfig("alice"), namespace,
-                               tmp_path / "runs.kubeconfig")  # fmt: skip
-        config = yaml.safe_load(runs.read_text())
-        config["users"][0]["user"] = {"token": run_identity(admin_api, namespace, role)}
-        runs.write_text(yaml.safe_dump(config))
+        runs = kubeconfig_with(control_plane, run_identity(admin_api, namespace, role),
+                               namespace, tmp_path / "runs.kubeconfig")  # fmt: skip
 
         fresh = FreshEnv(tmp_path / "venv", pipeline_base)
         fresh.install(project)
