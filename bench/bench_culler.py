@@ -53,7 +53,7 @@ class Counted:
 def _create(admin: Any, namespace: str) -> list[str]:
     from kubernetes import client
 
-    from raylab.manifest import raycluster_manifest
+    from raylab.backends.kuberay.manifest import raycluster_manifest
     from raylab.profiles import Profiles
     from raylab.spec import ClusterSpec
 
@@ -84,8 +84,8 @@ def _create(admin: Any, namespace: str) -> list[str]:
 def run() -> list[Figure]:
     from controlplane import ControlPlane, ensure_built, wait_until
 
-    from raylab.backends.kuberay import KubeRayBackend
-    from raylab.backends.local import LocalBackend
+    from raylab.backends.kuberay.backend import KubeRayBackend
+    from raylab.backends.local.backend import LocalBackend
     from raylab.config import Settings
     from raylab.culler.mirror import ClusterMirror
     from raylab.culler.sweep import Culler, SweepReport

@@ -146,9 +146,9 @@ def measure(plane: Any, work: Path) -> tuple[list[float], list[float], list[floa
     from kubernetes import client
     from processnodes import PROCESS_GPU_TYPE, process_profile
 
-    from raylab.backends.kuberay import KubeRayBackend
+    from raylab.backends.kuberay.backend import KubeRayBackend
+    from raylab.backends.kuberay.manifest import raycluster_manifest
     from raylab.config import Settings
-    from raylab.manifest import raycluster_manifest
     from raylab.spec import ClusterSpec
 
     admin = plane.api_client("admin")

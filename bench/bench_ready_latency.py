@@ -101,7 +101,7 @@ def _when_seen(names: list[str], tables: list[dict[str, float]], timeout: float)
 def measure(api: Any, namespace: str, clusters: int) -> tuple[list[float], list[float]]:
     from kubernetes import client
 
-    from raylab.backends.kuberay import KubeRayBackend
+    from raylab.backends.kuberay.backend import KubeRayBackend
     from raylab.config import Settings
     from raylab.spec import ClusterSpec
 

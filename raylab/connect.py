@@ -7,21 +7,19 @@ cluster's, with an error that does not say what to do; we compare before connect
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib.metadata import version
 from typing import Any
 
 from . import auth
-from .errors import BackendUnavailable, VersionMismatch
+from .errors import BackendUnavailable
 from .model import ClusterInfo
-from .runtime_env_errors import RuntimeEnvFailed, runtime_env_failure
+from .sync.errors import RuntimeEnvFailed, runtime_env_failure
+from .versions import check_versions, running_versions
 
 
 @dataclass
@@ -33,82 +31,6 @@ class _Connection:
 
 
 _current: _Connection | None = None
-
-# What a head that serves Ray Client needs in its environment (local nodes and KubeRay head
-# pods alike). Ray Client's proxy forks a server per connecting client from a gRPC thread:
-# - with gRPC's fork handlers on, the child now and then restarts gRPC threads and crashes
-#   before exec (SIGSEGV), and that client waits 30 s to be told "Initialization failure".
-#   The child only execs, so it needs no gRPC of its own.
-# - the proxy gives that server 30 s to import Ray and listen, then fails the client
-#   ("Proxy failed to Connect to backend"); a busy small machine can need more.
-# - that server exits after 30 s with no client; when it took a minute to start, the
-#   proxy's gRPC channel, backing off (1 s × 1.6 per try), can next look just after it
-#   has gone, and the client fails the same way. It waits as long as the proxy does
-#   (so it also lingers up to 5 minutes after its last client leaves).
-CLIENT_SERVER_ENV = {
-    "GRPC_ENABLE_FORK_SUPPORT": "0",
-    "RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S": "300",
-    "TIMEOUT_FOR_SPECIFIC_SERVER_S": "300",
-}
-
-
-def kernel_versions() -> tuple[str, str]:
-    return version("ray"), f"{sys.version_info.major}.{sys.version_info.minor}"
-
-
-def default_image(ray_version: str, python_version: str) -> str:
-    """The rayproject/ray image for a Ray version and Python minor (e.g. 2.60.0-py311)."""
-    return f"rayproject/ray:{ray_version}-py{python_version.replace('.', '')}"
-
-
-def running_versions(
-    dashboard: str | None, token: str | None = None, timeout: float = 5.0
-) -> tuple[str, str] | None:
-    """(Ray version, Python minor) of the running head, from its dashboard.
-
-    The cluster metadata that Ray Client itself compares on connect, as the head wrote
-    it at start: what actually runs, whatever raylab's record (an image tag) says.
-    None when the dashboard cannot say (not up, or an older Ray without the route).
-    """
-    if not dashboard:
-        return None
-    url = dashboard.rstrip("/") + "/api/v0/cluster_metadata"
-    # The cluster's token: its dashboard refuses anyone else (auth.py).
-    headers = {"Authorization": auth.bearer(token)} if token else {}
-    try:
-        request = urllib.request.Request(url, headers=headers)
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            data = json.load(response).get("data") or {}
-    except (OSError, ValueError, AttributeError):
-        return None
-    ray_version = data.get("rayVersion") or data.get("ray_version")
-    python = str(data.get("pythonVersion") or data.get("python_version") or "")
-    if not ray_version or python.count(".") < 1:
-        return None
-    return str(ray_version), ".".join(python.split(".")[:2])
-
-
-def check_versions(info: ClusterInfo, running: tuple[str, str] | None = None) -> None:
-    """Refuse a cluster whose Ray or Python minor differs from this kernel's.
-
-    `running` (from `running_versions`) is what the head runs; without it, raylab's
-    record of the cluster (its image's tag) is all there is to go on."""
-    ray_here, py_here = kernel_versions()
-    ray_there, py_there = running or (info.ray_version, info.python_version)
-    if (ray_there is None or ray_there == ray_here) and (py_there is None or py_there == py_here):
-        return
-    py_tag = (py_there or py_here).replace(".", "")
-    raise VersionMismatch(
-        f"cluster {info.name!r} runs Ray {ray_there} on Python {py_there}, "
-        f"this kernel has Ray {ray_here} on Python {py_here}; Ray Client needs both to match",
-        detail=(
-            f"install Ray {ray_there} in the kernel's environment "
-            f"(pip install 'ray[client]=={ray_there}') with a Python {py_there} kernel, "
-            f"or create the cluster with --image {default_image(ray_here, py_here)}"
-            if ray_there
-            else f"use a Python {py_there} kernel (image tag py{py_tag})"
-        ),
-    )
 
 
 def connected_cluster() -> str | None:

@@ -14,6 +14,7 @@ from . import render
 from .commands import CommandError, Commands, HelpShown
 from .errors import RaylabError
 from .model import ClusterInfo
+from .sync.pip import synced_install
 from .widgets import StatusCard, card_text, in_notebook, progress_view
 
 display = cast(Callable[..., None], _display)  # IPython.display is not typed
@@ -105,33 +106,6 @@ class RayclusterMagics(Magics):
                 self.commands.add_requirements(requirements)
         except RaylabError as exc:
             print(f"Warning: not added to the cluster: {exc.message}", file=sys.stderr)
-
-
-def synced_install(cell: str) -> tuple[list[str], bool]:
-    """The index requirements of a cell's `%pip install` lines that did install, and
-    whether they installed local wheels or folders (shipped by the reconnect)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    from .kernel_packages import requirement_name
-    from .kernel_pip import PipFailed, parse_install, pip_lines
-
-    out = []
-    local = False
-    for argv in pip_lines(cell):
-        try:
-            parsed = parse_install(argv)
-        except PipFailed:
-            continue
-        local = local or bool(parsed.local)
-        for requirement in parsed.index:
-            name = requirement_name(requirement)
-            try:
-                if name:
-                    version(name)  # %pip reports no failure to the cell: check it installed
-                    out.append(requirement)
-            except PackageNotFoundError:
-                continue
-    return out, local
 
 
 __all__ = ["RayclusterMagics", "in_notebook"]

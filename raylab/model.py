@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from .environment import ClusterEnvironment
 from .spec import ClusterSpec
+from .sync.environment import ClusterEnvironment
 
 
 class Phase(StrEnum):

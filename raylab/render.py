@@ -9,8 +9,8 @@ import html
 import time
 
 from .culler.ledger import UsageRow
-from .environment import ClusterEnvironment
 from .model import ClusterInfo, Phase, format_age
+from .sync.environment import ClusterEnvironment
 
 COLUMNS = ("NAME", "PHASE", "WORKERS", "GPUS", "CPU/MEM PER WORKER", "AGE", "IDLE")
 

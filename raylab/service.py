@@ -7,19 +7,13 @@ names of other users' clusters do not leak.
 
 from __future__ import annotations
 
-import functools
-import getpass
-import json
-import os
 import time
-import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from .backends.base import Backend
 from .config import Settings
-from .environment import ClusterEnvironment
 from .errors import (
     BackendUnavailable,
     ClusterFailed,
@@ -31,34 +25,13 @@ from .errors import (
     SpecError,
     WaitTimeout,
 )
+from .identity import may_see
 from .model import ClusterInfo, IdleState, Phase
 from .spec import MAX_WORKERS, ClusterSpec, generate_name, validate_name, whole_number
+from .sync.environment import ClusterEnvironment
 
 # How long `wait` takes a refusal for a restarting API server's (see there).
 REFUSAL_GRACE_S = 30.0
-
-
-def current_user() -> str:
-    """The JupyterHub user in a single-user server, else the OS user."""
-    return os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
-
-
-@functools.cache
-def current_groups() -> tuple[str, ...]:
-    """The JupyterHub groups of this server's user (asked of the hub once per process,
-    with the server's own token), else none: as the server's identity says."""
-    url, token = os.environ.get("JUPYTERHUB_API_URL"), os.environ.get("JUPYTERHUB_API_TOKEN")
-    if not (url and token):
-        return ()
-    request = urllib.request.Request(
-        url.rstrip("/") + "/user", headers={"Authorization": f"token {token}"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=5) as reply:
-            groups = json.load(reply).get("groups") or []
-    except (OSError, ValueError, AttributeError):
-        return ()  # the hub away: no admin rights by group, as the safe side
-    return tuple(str(g) for g in groups)
 
 
 @dataclass(frozen=True)
@@ -97,12 +70,6 @@ def quota_use(settings: Settings, mine: Iterable[ClusterInfo]) -> QuotaUse:
     )
 
 
-def is_admin(settings: Settings, user: str, groups: Iterable[str] = ()) -> bool:
-    """The one rule for who sees and manages every cluster: named, or in an admin group."""
-    o = settings.options
-    return user in o.admin_users or bool(set(groups) & set(o.admin_groups))
-
-
 class WaitView(Protocol):
     """What `ClusterService.wait` keeps current: the notebook card or the terminal lines."""
 
@@ -111,12 +78,24 @@ class WaitView(Protocol):
 
 class ClusterService:
     def __init__(
-        self, backend: Backend, settings: Settings, user: str, *, admin: bool = False
+        self,
+        backend: Backend,
+        settings: Settings,
+        user: str,
+        *,
+        admin: bool = False,
+        program: str = "raylab",
     ) -> None:
+        """`program`: what the caller's user types before a verb (`%raycluster` in a
+        notebook, `raylab` in a shell), for the hints in the service's messages."""
         self.backend = backend
         self.settings = settings
         self.user = user
         self.admin = admin
+        self.program = program
+
+    def _verb(self, line: str) -> str:
+        return f"`{self.program} {line}`"
 
     # --- reads --------------------------------------------------------------------
 
@@ -130,11 +109,11 @@ class ClusterService:
         (None: the backend's own)."""
         validate_name(name)
         info = self.backend.get(name, namespace=namespace)
-        if info is None or not self._may_see(info):
+        if info is None or not may_see(info, self.user, self.admin):
             where = f" in namespace {namespace!r}" if namespace else ""
             raise NotFound(
                 f"no cluster named {name!r}{where}",
-                detail="`%raycluster list` shows your clusters",
+                detail=f"{self._verb('list')} shows your clusters",
             )
         return info
 
@@ -239,7 +218,7 @@ class ClusterService:
         if info.phase in (Phase.SUSPENDED, Phase.DELETING):
             raise Conflict(
                 f"cluster {name!r} is {info.phase}: nothing to keep running",
-                detail=f"`%raycluster resume {name}` starts it again",
+                detail=f"{self._verb('resume ' + name)} starts it again",
             )
         if info.idle != IdleState():
             self.backend.update_idle(name, IdleState(), namespace=namespace)
@@ -308,22 +287,19 @@ class ClusterService:
                 what = "failed" if info.phase == Phase.FAILED else "cannot become Ready"
                 raise ClusterFailed(
                     f"cluster {name!r} {what}: {info.reason}",
-                    detail=f"it was kept: `%raycluster logs {name}` shows its log; "
-                    f"`%raycluster down {name}` removes it",
+                    detail=f"it was kept: {self._verb('logs ' + name)} shows its log; "
+                    f"{self._verb('down ' + name)} removes it",
                 )
             if time.monotonic() >= deadline:
                 why = f": {info.reason}" if info.reason else ""
                 raise WaitTimeout(
                     f"cluster {name!r} is still {info.phase} after {timeout:.0f} s{why}",
-                    detail=f"it was kept; `%raycluster status {name}` to check again, "
-                    f"`%raycluster down {name}` to delete it",
+                    detail=f"it was kept; {self._verb('status ' + name)} to check again, "
+                    f"{self._verb('down ' + name)} to delete it",
                 )
             time.sleep(interval)
 
     # --- rules --------------------------------------------------------------------
-
-    def _may_see(self, info: ClusterInfo) -> bool:
-        return self.admin or info.owner == self.user
 
     def _check_quota(self, spec: ClusterSpec, replacing: ClusterInfo | None = None) -> None:
         o = self.settings.options
@@ -339,7 +315,7 @@ class ClusterService:
         if replacing is None and use.clusters_left < 1:
             raise QuotaExceeded(
                 f"you have {len(mine)} clusters, the limit is {o.max_clusters_per_user}",
-                detail="delete one with `%raycluster down NAME`",
+                detail=f"delete one with {self._verb('down NAME')}",
             )
         used = use.gpus_used
         if spec.gpus > use.gpus_left:

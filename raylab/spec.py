@@ -164,6 +164,18 @@ def parse_duration(value: object, default_unit: str = "m") -> float:
     return amount * _UNIT_S[unit]
 
 
+def parse_since(text: str) -> float:
+    """How far back `usage --since` and `GET usage?since=` look, in seconds (7d, 24h; a
+    bare number is days)."""
+    try:
+        seconds = parse_duration(text, default_unit="d")
+    except ValueError:
+        raise SpecError("since", f"{text!r} is not a duration such as 7d or 24h") from None
+    if not 0 < seconds < float("inf"):
+        raise SpecError("since", f"{text} is not a positive duration; use e.g. 7d")
+    return seconds
+
+
 def _idle_suspend(value: object, profile: GpuProfile) -> float | None:
     """The user's idle limit in minutes: less than the admin's for this GPU type, never more."""
     if value is None:

@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 import pytest
 
-from raylab.backends.local import CLUSTER_ENV, STATE_FILE, LocalBackend
+from raylab.backends.local.backend import CLUSTER_ENV, STATE_FILE, LocalBackend
 
 _session_root: Path | None = None
 

@@ -1,4 +1,3 @@
-import { JupyterFrontEnd } from '@jupyterlab/application';
 import {
   Clipboard,
   Dialog,
@@ -8,9 +7,7 @@ import {
   showDialog
 } from '@jupyterlab/apputils';
 import { URLExt } from '@jupyterlab/coreutils';
-import { INotebookTracker } from '@jupyterlab/notebook';
-import { KernelMessage, ServerConnection } from '@jupyterlab/services';
-import React from 'react';
+import { KernelMessage } from '@jupyterlab/services';
 
 import { describeError } from './api';
 import {
@@ -23,45 +20,11 @@ import {
   keepRunning,
   patchCluster
 } from './clusterApi';
-import { showCreateDialog, errorsFromFailure } from './createDialog';
-import { FormBody, FormDialog } from './formDialog';
+import { IRaylabContext, UserError } from './context';
+import { showCreateDialog } from './createDialog';
 import { createLogsPanel } from './logs';
-import { ClusterListModel } from './model';
 import { IProfilesReply, fetchProfiles } from './profiles';
 import { connectCode, gpusText } from './render';
-
-/** The user's settings (`schema/plugin.json`). */
-export interface IRaylabConfig {
-  defaultGpuType: string;
-  confirmDelete: boolean;
-  logTail: number;
-  showAllByDefault: boolean;
-}
-
-export const DEFAULT_CONFIG: IRaylabConfig = {
-  defaultGpuType: '',
-  confirmDelete: true,
-  logTail: 500,
-  showAllByDefault: false
-};
-
-/** What every action needs. */
-export interface IRaylabContext {
-  app: JupyterFrontEnd;
-  model: ClusterListModel;
-  serverSettings: ServerConnection.ISettings;
-  notebooks: INotebookTracker | null;
-  config: IRaylabConfig;
-  /**
-   * The server's home namespace (the profiles reply's `namespace`: where a
-   * name alone points; null on the local backend), undefined when the server
-   * does not say. Clusters elsewhere are reached by their namespaced path.
-   */
-  home: Promise<string | null | undefined>;
-}
-
-/** An error whose message is meant for the user as it is. */
-export class UserError extends Error {}
 
 /**
  * The cluster `name` in `namespace`; without a namespace, the one of that
@@ -360,99 +323,4 @@ export async function deleteWithConfirm(
   await deleteCluster(route, ctx.serverSettings);
   ctx.model.remove(clusterKey(cluster));
   return true;
-}
-
-class ScaleBody extends FormBody<ICluster | null> {
-  constructor(
-    private readonly _cluster: ICluster,
-    private readonly _route: IClusterRoute,
-    private readonly _settings: ServerConnection.ISettings
-  ) {
-    super();
-    this._workers = String(_cluster.workers_desired);
-  }
-
-  async submit(): Promise<boolean> {
-    const text = this._workers.trim();
-    try {
-      this._result = await patchCluster(
-        this._route,
-        { workers: /^\d+$/.test(text) ? Number(text) : text },
-        this._settings
-      );
-      return true;
-    } catch (reason) {
-      const errors = errorsFromFailure(reason);
-      this._error =
-        errors.fields.workers ?? errors.form ?? describeError(reason);
-      this.update();
-      return false;
-    }
-  }
-
-  getValue(): ICluster | null {
-    return this._result;
-  }
-
-  protected render(): React.ReactElement {
-    const c = this._cluster;
-    const perWorker = c.spec.workers ? c.spec.gpus / c.spec.workers : 0;
-    const hint = perWorker
-      ? `Each worker keeps ${perWorker} ${c.spec.gpu_type} GPU${perWorker === 1 ? '' : 's'}`
-      : `Each worker keeps ${c.spec.cpus} CPU · ${c.spec.memory} memory`;
-    return (
-      <form
-        className="jp-raylab-create-form"
-        onSubmit={e => e.preventDefault()}
-      >
-        <div
-          className={`jp-raylab-field${this._error ? ' jp-raylab-mod-invalid' : ''}`}
-        >
-          <label htmlFor="jp-raylab-scale-workers">Workers</label>
-          <input
-            id="jp-raylab-scale-workers"
-            className="jp-mod-styled"
-            type="text"
-            inputMode="numeric"
-            defaultValue={this._workers}
-            aria-invalid={this._error ? true : undefined}
-            aria-describedby="jp-raylab-scale-note"
-            onChange={e => {
-              this._workers = e.target.value;
-            }}
-          />
-          <div id="jp-raylab-scale-note" className="jp-raylab-field-hint">
-            {hint}
-          </div>
-          {this._error && (
-            <div className="jp-raylab-field-error" role="alert">
-              {this._error}
-            </div>
-          )}
-        </div>
-      </form>
-    );
-  }
-
-  private _workers: string;
-  private _error: string | null = null;
-  private _result: ICluster | null = null;
-}
-
-export async function scaleCluster(
-  ctx: IRaylabContext,
-  cluster: ICluster
-): Promise<void> {
-  const route = await routeOf(ctx, cluster);
-  const dialog = new FormDialog<ICluster | null>({
-    title: `Scale ${displayName(cluster, route)}`,
-    body: new ScaleBody(cluster, route, ctx.serverSettings),
-    buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Scale' })],
-    focusNodeSelector: 'input'
-  });
-  const result = await dialog.launch();
-  dialog.dispose();
-  if (result.button.accept && result.value) {
-    ctx.model.upsert(result.value);
-  }
 }

@@ -6,7 +6,6 @@ import {
 import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 
 import {
-  IRaylabContext,
   clusterOrThrow,
   connectNotebook,
   copyConnectCode,
@@ -16,7 +15,6 @@ import {
   newCluster,
   openDashboard,
   reportFailure,
-  scaleCluster,
   setSuspended,
   showLogs
 } from './actions';
@@ -27,6 +25,8 @@ import {
   clusterRoute,
   dashboardPath
 } from './clusterApi';
+import { IRaylabContext } from './context';
+import { scaleCluster } from './scaleDialog';
 import { ClusterSidebar } from './sidebar';
 
 const CATEGORY = 'Ray';

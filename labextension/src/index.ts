@@ -7,10 +7,10 @@ import { ICommandPalette, IToolbarWidgetRegistry } from '@jupyterlab/apputils';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 
-import { DEFAULT_CONFIG, IRaylabConfig, IRaylabContext } from './actions';
 import { describeError } from './api';
 import { registerCommands } from './commands';
-import { registerExport } from './exportButton';
+import { DEFAULT_CONFIG, IRaylabConfig, IRaylabContext } from './context';
+import { registerExport } from './export/button';
 import { watchIdleWarnings } from './idleWatch';
 import { ClusterListModel } from './model';
 import { fetchProfiles } from './profiles';

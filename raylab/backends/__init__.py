@@ -29,7 +29,7 @@ def make_backend(name: str, settings: Settings, watch_namespaces: Sequence[str] 
                 raise BackendUnavailable(
                     "the KubeRay backend is not part of this raylab version",
                     detail="use --backend local",
-                ) from None
+                ) from exc
             raise
         backend: Backend = kuberay.KubeRayBackend(settings, watch_namespaces=watch_namespaces)
         return backend

@@ -7,11 +7,28 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from ..environment import ClusterEnvironment
 from ..model import ClusterInfo, IdleState
 from ..spec import ClusterSpec
+from ..sync.environment import ClusterEnvironment
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+# What a head that serves Ray Client needs in its environment (local nodes and KubeRay head
+# pods alike). Ray Client's proxy forks a server per connecting client from a gRPC thread:
+# - with gRPC's fork handlers on, the child now and then restarts gRPC threads and crashes
+#   before exec (SIGSEGV), and that client waits 30 s to be told "Initialization failure".
+#   The child only execs, so it needs no gRPC of its own.
+# - the proxy gives that server 30 s to import Ray and listen, then fails the client
+#   ("Proxy failed to Connect to backend"); a busy small machine can need more.
+# - that server exits after 30 s with no client; when it took a minute to start, the
+#   proxy's gRPC channel, backing off (1 s × 1.6 per try), can next look just after it
+#   has gone, and the client fails the same way. It waits as long as the proxy does
+#   (so it also lingers up to 5 minutes after its last client leaves).
+CLIENT_SERVER_ENV = {
+    "GRPC_ENABLE_FORK_SUPPORT": "0",
+    "RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S": "300",
+    "TIMEOUT_FOR_SPECIFIC_SERVER_S": "300",
+}
 
 
 @dataclass(frozen=True)

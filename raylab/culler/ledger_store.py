@@ -13,15 +13,22 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
+
 from ..backends.base import Backend
+from ..backends.kuberay.manifest import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    OWNER_ANNOTATION,
+    OWNER_LABEL,
+    owner_label,
+)
 from ..errors import RaylabError
-from ..manifest import MANAGED_BY, MANAGED_BY_LABEL, OWNER_ANNOTATION, OWNER_LABEL, owner_label
 from .ledger import Interval, LedgerStore, merge
 
 REQUEST_TIMEOUT = (5.0, 30.0)
@@ -48,12 +55,8 @@ class LocalLedger:
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
         self.folder.mkdir(parents=True, exist_ok=True)
-        with open(self.folder / ".lock", "w") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+        with FileLock(self.folder / ".lock"):
+            yield
 
     def _path(self, owner: str) -> Path:
         return self.folder / f"{owner_label(owner)}.jsonl"
@@ -94,7 +97,7 @@ class KubeRayLedger:
     def load(self, owner: str | None = None) -> list[Interval]:
         from kubernetes.client.exceptions import ApiException
 
-        from ..backends.kuberay_errors import ALL_NAMESPACES, api_errors
+        from ..backends.kuberay.errors import ALL_NAMESPACES, api_errors
 
         if owner is not None:
             try:
@@ -131,7 +134,7 @@ class KubeRayLedger:
     def save(self, owner: str, intervals: list[Interval], keep_after: float) -> None:
         from kubernetes.client.exceptions import ApiException
 
-        from ..backends.kuberay_errors import translate
+        from ..backends.kuberay.errors import translate
 
         name = self._name(owner)
         call = self.backend._call("update", "configmaps", name)
@@ -169,7 +172,10 @@ class KubeRayLedger:
             except ApiException as exc:
                 if exc.status == 409:
                     continue  # written meanwhile by another culler: merge with theirs
-                raise translate(exc, call) or exc from None
+                error = translate(exc, call)
+                if error is None:
+                    raise
+                raise error from exc
         raise RaylabError(
             f"could not record GPU-hours in ConfigMap {name}: {self.tries} concurrent writes",
             detail="it is tried again at the next flush",

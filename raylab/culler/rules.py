@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ..activity import Activity
 from ..model import ClusterInfo, IdleState
 from ..profiles import Profiles
+from .activity import Activity
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,8 @@ def _backends(args: argparse.Namespace, settings: Settings) -> list[Backend]:
         if namespaces:
             raise BackendUnavailable("--namespace is for the KubeRay backend")
         return [make_backend(name, settings)]
-    from ..backends.kuberay import KubeRayBackend
-    from ..backends.kuberay_config import load_api_client
+    from ..backends.kuberay.backend import KubeRayBackend
+    from ..backends.kuberay.config import load_api_client
 
     api, _ = load_api_client()
     return [KubeRayBackend(settings, api_client=api, namespace=ns) for ns in namespaces]

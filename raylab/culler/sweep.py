@@ -16,11 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .. import metrics
-from ..activity import Activity, ActivityReader
 from ..backends.base import Backend
 from ..config import Settings
 from ..errors import RaylabError
 from ..model import ClusterInfo, IdleState, Phase
+from .activity import Activity, ActivityReader
 from .ledger import Meter
 from .ledger_store import store_for
 from .rules import Action, Policy, decide, policy_for

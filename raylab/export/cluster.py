@@ -15,13 +15,18 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..backends.kuberay.manifest import (
+    MANAGED_BY_LABEL,
+    OWNER_LABEL,
+    raycluster_manifest,
+    versions_from_image,
+)
+from ..backends.kuberay.manifest_security import auth_env, secret_name
 from ..config import Settings
-from ..connect import default_image, kernel_versions
-from ..manifest import MANAGED_BY_LABEL, OWNER_LABEL, raycluster_manifest, versions_from_image
-from ..manifest_security import auth_env, secret_name
 from ..model import ClusterInfo
 from ..profiles import GpuProfile
 from ..spec import ClusterSpec
+from ..versions import default_image, kernel_versions
 from .errors import ExportError
 
 PIPELINE_LABEL = "raylab.io/pipeline"

@@ -15,10 +15,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..environment import ClusterEnvironment
-from ..kernel_packages import NEVER_SHIPPED, default_cache, find, unpacked_wheel
 from ..render import format_size
-from ..workdir import scan
+from ..sync.environment import ClusterEnvironment
+from ..sync.packages import NEVER_SHIPPED, default_cache, find, unpacked_wheel
+from ..sync.workdir import scan
 
 
 @dataclass(frozen=True)

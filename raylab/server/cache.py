@@ -24,6 +24,7 @@ from typing import Any
 from ..backends.base import Backend, ClusterEvent
 from ..errors import RaylabError
 from ..model import ClusterInfo
+from .paths import dashboard_path
 
 Message = dict[str, Any]
 # How long the watch's word on a deleted cluster is kept: longer than any refresh lasts.
@@ -43,7 +44,7 @@ def cluster_json(info: ClusterInfo, home: str | None = None) -> dict[str, Any]:
     """
     body = info.to_json()
     mine = info.namespace is None or home is None or info.namespace == home
-    body["dashboard_path"] = f"raylab/clusters/{info.name}/dashboard/" if mine else None
+    body["dashboard_path"] = dashboard_path(info.name) if mine else None
     return body
 
 

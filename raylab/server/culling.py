@@ -15,7 +15,7 @@ from tornado.ioloop import PeriodicCallback
 
 from ..config import Settings
 from ..culler.sweep import Culler
-from ..service import current_user
+from ..identity import current_user
 from .cache import ClusterCache
 
 

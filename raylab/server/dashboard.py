@@ -15,7 +15,6 @@ from typing import Any
 from urllib.parse import urlparse
 
 from jupyter_server.auth.decorator import ws_authenticated
-from jupyter_server.utils import url_path_join
 from jupyter_server_proxy import handlers as proxy_handlers
 from jupyter_server_proxy.handlers import ProxyHandler
 from jupyter_server_proxy.websocket import PingableWSClientConnection
@@ -23,11 +22,12 @@ from tornado import httpclient, httputil, web
 
 from ..auth import PROXY_HEADER, TOKEN_COOKIE, bearer
 from ..errors import RaylabError, SpecError
+from ..identity import is_admin, may_see
 from ..model import ClusterInfo
-from ..service import is_admin
 from ..spec import validate_name
 from .cache import ClusterCache
 from .handlers import owner_name, user_groups
+from .paths import dashboard_path
 
 # Jupyter's credentials are for Jupyter, and a browser's own Ray token is not trusted.
 _STRIPPED = ("Authorization", "Cookie", "X-XSRFToken", PROXY_HEADER)
@@ -51,7 +51,7 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
         info: ClusterInfo | None = cache.get(name)
         user = owner_name(self)
         admin = is_admin(settings, user, user_groups(self))
-        if info is None or not (admin or info.owner == user):
+        if info is None or not may_see(info, user, admin):
             raise web.HTTPError(404, f"no cluster named {name!r}")
         if write and info.owner != user:
             # The proxy acts with the owner's token: an admin may look, not submit jobs.
@@ -74,7 +74,7 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
         # dashboard refuses an Authorization header it did not issue).
         for header in _STRIPPED:
             self.request.headers.pop(header, None)
-        self.proxy_base = url_path_join("raylab", "clusters", name, "dashboard")
+        self.proxy_base = dashboard_path(name).rstrip("/")
         return host, port
 
     def get_request_headers_override(self) -> dict[str, str]:

@@ -9,7 +9,7 @@ from jupyter_server.utils import url_path_join
 
 from ..backends import make_backend
 from ..config import Raylab, Settings
-from ..service import current_groups, current_user, is_admin
+from ..identity import current_groups, current_user, is_admin
 from .cache import ClusterCache
 from .culling import ServerCuller
 from .dashboard import DashboardProxyHandler
@@ -24,6 +24,7 @@ from .handlers import (
     ProfilesHandler,
     UsageHandler,
 )
+from .paths import PREFIX
 
 # Any segment: the handlers validate it, so a bad name gets a 422 that says why.
 NAME = r"(?P<name>[^/]+)"
@@ -77,7 +78,7 @@ class RaylabExtension(ExtensionApp):
         web_app: Any = self.serverapp.web_app
         web_app.settings["raylab_settings"] = settings
         web_app.settings["raylab_cache"] = self.cache
-        base = url_path_join(web_app.settings["base_url"], "raylab")
+        base = url_path_join(web_app.settings["base_url"], PREFIX)
         web_app.add_handlers(".*$", [(url_path_join(base, p), h) for p, h in ROUTES])
         self.log.info("raylab: serving %s (backend %s)", base, settings.backend)
 

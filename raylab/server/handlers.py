@@ -21,8 +21,9 @@ from tornado import web
 
 from ..config import Settings
 from ..errors import NotFound, RaylabError, SpecError
+from ..identity import current_user, is_admin, may_see
 from ..model import ClusterInfo
-from ..service import ClusterService, current_user, is_admin, quota_use
+from ..service import ClusterService, quota_use
 from ..spec import validate_name
 from .cache import ClusterCache, cluster_json
 
@@ -83,7 +84,11 @@ class RaylabHandler(APIHandler):
 
     def service(self) -> ClusterService:
         return ClusterService(
-            self.cache.backend, self.raylab_settings, self.username, admin=self.is_admin
+            self.cache.backend,
+            self.raylab_settings,
+            self.username,
+            admin=self.is_admin,
+            program="raylab",  # a REST user's hints name the shell command
         )
 
     def wants_everyone(self) -> bool:
@@ -105,13 +110,13 @@ class RaylabHandler(APIHandler):
         if everyone and self.is_admin:
             return lambda c: True
         user = self.username
-        return lambda c: c.owner == user
+        return lambda c: may_see(c, user, admin=False)
 
     def find(self, name: str, namespace: str | None = None) -> ClusterInfo:
         """A cluster the caller may see, from the cache; others' are simply not found."""
         validate_name(name)
         info = self.cache.get(name, self.scope(name, namespace))
-        if info is None or not (self.is_admin or info.owner == self.username):
+        if info is None or not may_see(info, self.username, self.is_admin):
             raise NotFound(f"no cluster named {name!r}")
         return info
 
@@ -162,6 +167,11 @@ class RaylabHandler(APIHandler):
         metrics.API_ERRORS.labels("rest", str(status)).inc()
         if isinstance(e, RaylabError):
             # A user's or the infrastructure's error: a clear JSON answer, no traceback.
+            # The server's log keeps what lay behind an infrastructure error (the
+            # Kubernetes or Ray error the backend raised it from).
+            if e.status >= 500 and e.__cause__ is not None:
+                self.log.warning("raylab: %s (%s: %s)", e.message, type(e.__cause__).__name__,
+                                 e.__cause__)  # fmt: skip
             self.set_status(e.status)
             self.set_header("Content-Type", "application/json")
             self.finish(json.dumps(e.to_json()))
@@ -257,13 +267,9 @@ class UsageHandler(RaylabHandler):
     async def get(self) -> None:
         from ..culler.ledger import cluster_hours, usage_rows
         from ..culler.ledger_store import store_for
-        from ..spec import parse_duration
+        from ..spec import parse_since
 
-        text = self.get_argument("since", "7d")
-        try:
-            seconds = parse_duration(text, default_unit="d")
-        except ValueError:
-            raise SpecError("since", f"{text!r} is not a duration such as 7d or 24h") from None
+        seconds = parse_since(self.get_argument("since", "7d"))
         everyone = self.wants_everyone()
         now = time.time()
         since = now - seconds

@@ -18,11 +18,11 @@ import dagster as dg
 import pytest
 
 from raylab.config import Settings
-from raylab.connect import kernel_versions
 from raylab.export import export_notebook
 from raylab.export.errors import ExportError
 from raylab.model import ClusterInfo, Endpoints, Phase
 from raylab.spec import ClusterSpec
+from raylab.versions import kernel_versions
 
 from .support import make_notebook
 

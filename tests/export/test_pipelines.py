@@ -33,8 +33,9 @@ from nbclient import NotebookClient
 from raylab.backends import make_backend
 from raylab.config import Settings
 from raylab.export.verb import run_export
+from raylab.identity import current_user
 from raylab.model import ClusterInfo
-from raylab.service import ClusterService, current_user
+from raylab.service import ClusterService
 
 from .support import NOTEBOOKS, FreshEnv, Lines, last_shown
 

@@ -101,7 +101,7 @@ def test_the_kernels_notebook_is_the_default(
 
 
 def test_wired_into_the_verbs(tmp_path: Path) -> None:
-    from raylab import commands
+    from raylab.commands import verbs as commands
 
     assert "export" in commands.VERBS
     nb = make_notebook(tmp_path / "cli.ipynb", ["x = 1\nx"])

@@ -19,7 +19,7 @@ from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
 from raylab.backends.base import ClusterEvent
-from raylab.backends.kuberay import KubeRayBackend
+from raylab.backends.kuberay.backend import KubeRayBackend
 from raylab.config import Settings
 from raylab.model import ClusterInfo, Phase
 

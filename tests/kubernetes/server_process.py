@@ -114,7 +114,7 @@ def seed(admin: Any, namespace: str, owner: str, count: int) -> list[str]:
     Returns their names."""
     from kubernetes import client
 
-    from raylab.manifest import raycluster_manifest
+    from raylab.backends.kuberay.manifest import raycluster_manifest
     from raylab.profiles import Profiles
     from raylab.spec import ClusterSpec
 

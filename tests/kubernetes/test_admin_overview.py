@@ -12,7 +12,7 @@ import pytest
 from controlplane import wait_until
 from kubernetes import client as k8s_client
 
-from raylab.backends.kuberay import KubeRayBackend
+from raylab.backends.kuberay.backend import KubeRayBackend
 from raylab.culler.ledger import Interval
 from raylab.culler.ledger_store import KubeRayLedger
 from raylab.errors import Forbidden, NotFound

@@ -17,7 +17,7 @@ from pytest_jupyter.jupyter_core import *  # noqa: F403
 from pytest_jupyter.jupyter_server import *  # noqa: F403
 from tornado.httpclient import HTTPClientError
 
-from raylab.backends.kuberay import KubeRayBackend
+from raylab.backends.kuberay.backend import KubeRayBackend
 from raylab.spec import ClusterSpec
 from tests.server.conftest import as_user
 

@@ -17,11 +17,11 @@ from controlplane import call_json, wait_until
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
-import raylab.backends.kuberay_security as kuberay_security
-from raylab.backends.kuberay import KubeRayBackend
+import raylab.backends.kuberay.security as kuberay_security
+from raylab.backends.kuberay.backend import KubeRayBackend
+from raylab.backends.kuberay.manifest import cluster_labels
+from raylab.backends.kuberay.manifest_security import network_policies, peer
 from raylab.errors import Conflict, Forbidden
-from raylab.manifest import cluster_labels
-from raylab.manifest_security import network_policies, peer
 from raylab.service import ClusterService
 from raylab.spec import ClusterSpec
 

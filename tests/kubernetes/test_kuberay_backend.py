@@ -18,16 +18,16 @@ import pytest
 from controlplane import ControlPlane, call_json, wait_until
 from kubernetes import client as k8s_client
 
-import raylab.backends.kuberay_config as kuberay_config
-from raylab.backends.kuberay import KubeRayBackend
-from raylab.backends.kuberay_portforward import Relay
-from raylab.backends.kuberay_watch import Changed, Informer, Message, Synced
-from raylab.environment import ANNOTATION, ClusterEnvironment
+import raylab.backends.kuberay.config as kuberay_config
+from raylab.backends.kuberay.backend import KubeRayBackend
+from raylab.backends.kuberay.manifest import owner_label
+from raylab.backends.kuberay.portforward import Relay
+from raylab.backends.kuberay.watch import Changed, Informer, Message, Synced
 from raylab.errors import BackendUnavailable, Forbidden, NotFound
-from raylab.manifest import owner_label
 from raylab.model import ClusterInfo, Phase
 from raylab.service import ClusterService
 from raylab.spec import ClusterSpec
+from raylab.sync.environment import ANNOTATION, ClusterEnvironment
 
 from .kuberay_support import (
     RAY,

@@ -379,7 +379,7 @@ def test_suspend_then_resume_and_reconnect(session: Session, up: str) -> None:
 def test_a_killed_head_is_reported_restarts_in_place_and_the_kernel_reconnects(
     session: Session, up: str
 ) -> None:
-    from raylab.backends.kuberay import KubeRayBackend
+    from raylab.backends.kuberay.backend import KubeRayBackend
     from raylab.config import Settings
 
     settings = Settings.from_config(gpu_types={PROCESS_GPU_TYPE: process_profile()})

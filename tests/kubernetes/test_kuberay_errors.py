@@ -15,9 +15,9 @@ import yaml
 from controlplane import ControlPlane, call_json, wait_until
 from kubernetes import client as k8s_client
 
-from raylab.backends.kuberay import KubeRayBackend
+from raylab.backends.kuberay.backend import KubeRayBackend
+from raylab.backends.kuberay.manifest import raycluster_manifest
 from raylab.errors import BackendUnavailable, Conflict, Forbidden
-from raylab.manifest import raycluster_manifest
 from raylab.model import Phase
 from raylab.spec import ClusterSpec
 

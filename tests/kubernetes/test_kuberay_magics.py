@@ -24,7 +24,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from kubernetes import client as k8s_client
 
-from raylab.backends.kuberay import KubeRayBackend
+from raylab.backends.kuberay.backend import KubeRayBackend
 from raylab.magics import RayclusterMagics
 
 from .kuberay_support import RAY, RESTRICTED, ROOT, grant, new_namespace, ray_pods, settings

@@ -11,13 +11,13 @@ import time
 from datetime import datetime
 from typing import Any
 
-from raylab.backends.kuberay_status import (
+from raylab.backends.kuberay.manifest import raycluster_manifest
+from raylab.backends.kuberay.status import (
     OPERATOR_GRACE_S,
     cluster_info,
     derive_status,
     operator_deadline,
 )
-from raylab.manifest import raycluster_manifest
 from raylab.model import Phase
 from raylab.profiles import Profiles
 from raylab.spec import ClusterSpec

@@ -10,7 +10,7 @@ import pytest
 from controlplane import call_json
 from kubernetes import client as k8s_client
 
-from raylab.manifest import (
+from raylab.backends.kuberay.manifest import (
     OWNER_LABEL,
     owner_label,
     raycluster_manifest,

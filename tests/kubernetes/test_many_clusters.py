@@ -27,8 +27,8 @@ from kubernetes import client as k8s_client
 from pytest_jupyter.jupyter_core import *  # noqa: F403
 from pytest_jupyter.jupyter_server import *  # noqa: F403
 
-from raylab.backends.kuberay_status import OPERATOR_GRACE_S, OPERATOR_SILENT
-from raylab.manifest import raycluster_manifest
+from raylab.backends.kuberay.manifest import raycluster_manifest
+from raylab.backends.kuberay.status import OPERATOR_GRACE_S, OPERATOR_SILENT
 from raylab.profiles import Profiles
 from raylab.spec import ClusterSpec
 

@@ -24,7 +24,7 @@ from controlplane import ControlPlane
 from pytest_jupyter.jupyter_core import *  # noqa: F403
 from pytest_jupyter.jupyter_server import *  # noqa: F403
 
-from raylab.backends.kuberay_status import OPERATOR_GRACE_S, OPERATOR_SILENT
+from raylab.backends.kuberay.status import OPERATOR_GRACE_S, OPERATOR_SILENT
 
 from .server_support import (
     EventStream,

@@ -12,9 +12,10 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client as k8s_client
 
-from raylab.backends.kuberay import KubeRayBackend
+from raylab.backends.kuberay.backend import KubeRayBackend
 from raylab.errors import QuotaExceeded, SpecError
-from raylab.service import ClusterService, is_admin
+from raylab.identity import is_admin
+from raylab.service import ClusterService
 
 from .kuberay_support import grant, new_namespace, settings
 

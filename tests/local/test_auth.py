@@ -25,7 +25,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from raylab import auth
-from raylab.backends.local import LocalBackend
+from raylab.backends.local.backend import LocalBackend
 from raylab.commands import Commands
 from raylab.config import Settings
 from raylab.connect import connected_cluster

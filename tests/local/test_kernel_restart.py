@@ -23,7 +23,7 @@ from jupyter_core.utils import run_sync
 from nbclient import NotebookClient
 from nbformat import NotebookNode
 
-from raylab.backends.local import LocalBackend
+from raylab.backends.local.backend import LocalBackend
 from raylab.model import Phase
 from tests.conftest import processes_of_this_session
 from tests.local.test_notebook import text_of

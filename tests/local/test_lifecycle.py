@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from raylab.backends.local import LocalBackend
+from raylab.backends.local.backend import LocalBackend
 from raylab.config import Settings
 from raylab.model import ClusterInfo, Phase
 from raylab.service import ClusterService

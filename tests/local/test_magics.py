@@ -21,8 +21,8 @@ from IPython.core.interactiveshell import InteractiveShell
 from raylab.commands import Commands
 from raylab.config import Settings
 from raylab.connect import connected_cluster
+from raylab.identity import current_user
 from raylab.magics import NotebookOutput
-from raylab.service import current_user
 
 NAME = "magic1"
 

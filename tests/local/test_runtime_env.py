@@ -30,9 +30,10 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from raylab.config import Settings
 from raylab.connect import connected_cluster, disconnect
-from raylab.env_values import EnvValues
+from raylab.identity import current_user
 from raylab.server.cache import cluster_json
-from raylab.service import ClusterService, current_user
+from raylab.service import ClusterService
+from raylab.sync.values import EnvValues
 
 from .packages import build_wheel, install_editable, install_wheel, make_project
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from raylab.backends.local import LocalBackend, _fatal_line, _log_error
-from raylab.backends.local_processes import NodeProcess
+from raylab.backends.local.backend import LocalBackend, _fatal_line, _log_error
+from raylab.backends.local.processes import NodeProcess
 from raylab.config import Settings
 from raylab.errors import ClusterFailed
 from raylab.model import Phase
@@ -98,6 +98,6 @@ def test_the_first_error_of_the_last_try_is_the_reason(tmp_path: Path) -> None:
 def test_the_agent_port_file_is_the_one_ray_waits_for() -> None:
     import ray._raylet
 
-    from raylab.backends.local_node import AGENT_PORT_FILE
+    from raylab.backends.local.node import AGENT_PORT_FILE
 
     assert ray._raylet.DASHBOARD_AGENT_LISTEN_PORT_NAME == AGENT_PORT_FILE

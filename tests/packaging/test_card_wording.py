@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from raylab import render, widgets
-from raylab.environment import ClusterEnvironment
 from raylab.model import ClusterInfo, Endpoints, IdleState, Phase
 from raylab.spec import ClusterSpec
+from raylab.sync.environment import ClusterEnvironment
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 from raylab import render
-from raylab.environment import ClusterEnvironment
 from raylab.model import ClusterInfo, Endpoints, Phase
 from raylab.spec import ClusterSpec
+from raylab.sync.environment import ClusterEnvironment
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -17,10 +17,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from raylab.backends.kuberay.manifest import raycluster_manifest
 from raylab.commands import CommandError, Commands, HelpShown
 from raylab.config import Settings
 from raylab.errors import RaylabError, SpecError
-from raylab.manifest import raycluster_manifest
 from raylab.profiles import Profiles
 from raylab.spec import FIELDS, ClusterSpec
 from tests.local.test_magics import NotebookOutput

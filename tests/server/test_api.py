@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
-from raylab.backends.local import LocalBackend
+from raylab.backends.local.backend import LocalBackend
 from raylab.config import Settings
-from raylab.env_values import EnvValues
-from raylab.environment import ClusterEnvironment
 from raylab.model import Phase
 from raylab.service import ClusterService
+from raylab.sync.environment import ClusterEnvironment
+from raylab.sync.values import EnvValues
 from tests.server.conftest import as_user
 
 OWNER = "alice"

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from raylab.backends.local import LocalBackend
+from raylab.backends.local.backend import LocalBackend
 from raylab.config import Settings
-from raylab.service import current_user
+from raylab.identity import current_user
 from tests.conftest import processes_of_this_session
 from tests.ui.lab_server import CHROMIUM, REPO, playwright_env, running_lab
 

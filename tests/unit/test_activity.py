@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from raylab.activity import ActivityReader
+from raylab.culler.activity import ActivityReader
 from raylab.model import ClusterInfo, Endpoints, Phase
 from raylab.spec import ClusterSpec
 

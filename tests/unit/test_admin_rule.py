@@ -6,7 +6,7 @@ import pytest
 
 from raylab.commands import Commands
 from raylab.config import Settings
-from raylab.service import is_admin
+from raylab.identity import is_admin
 
 SETTINGS = Settings.from_config(admin_users=["root-admin"], admin_groups=["platform"])
 
@@ -26,15 +26,14 @@ def test_named_users_and_group_members_are_admins(
     assert is_admin(SETTINGS, user, groups) is admin
 
 
-def test_the_magic_asks_the_same_rule(monkeypatch: pytest.MonkeyPatch) -> None:
-    # In a JupyterHub kernel the groups come from the hub (service.current_groups).
-    monkeypatch.setattr("raylab.commands.current_groups", lambda: ("platform",))
-    monkeypatch.setattr("raylab.commands.current_user", lambda: "carol")
+def test_the_magic_asks_the_same_rule() -> None:
+    # In a JupyterHub kernel the groups come from the hub's API (identity.current_groups);
+    # here they are given as the hub would give them.
     commands = Commands(_Silent(), prog="%raycluster", may_connect=False, settings=SETTINGS,
-                        user="carol")  # fmt: skip
+                        user="carol", groups=("ml", "platform"))  # fmt: skip
     assert commands.service("local").admin is True
     other = Commands(_Silent(), prog="%raycluster", may_connect=False, settings=SETTINGS,
-                     user="dave")  # fmt: skip
+                     user="dave", groups=("ml",))  # fmt: skip
     assert other.service("local").admin is False
 
 

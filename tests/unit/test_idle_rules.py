@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from raylab.activity import Activity
+from raylab.culler.activity import Activity
 from raylab.culler.rules import Action, Decision, Policy, decide, policy_for
 from raylab.errors import SpecError
 from raylab.model import ClusterInfo, IdleState, Phase
@@ -154,7 +154,7 @@ def test_durations() -> None:
 
 
 def test_the_annotation_is_canonical_and_round_trips() -> None:
-    from raylab.manifest import idle_annotation, idle_from_annotation
+    from raylab.backends.kuberay.manifest import idle_annotation, idle_from_annotation
 
     state = IdleState(since=T0 + 0.7, suspend_at=T0 + 3600.2, unknown_reason="")
     text = idle_annotation(state)
@@ -171,7 +171,7 @@ def test_a_culler_without_the_servers_gpu_types_says_so_once(
 ) -> None:
     """A culler not given the servers' c.Raylab would never suspend their clusters of a
     type it lacks: it says which cluster, which type, and what to do, once per cluster."""
-    from raylab.backends.local import LocalBackend
+    from raylab.backends.local.backend import LocalBackend
     from raylab.config import Settings
     from raylab.culler.ledger import Meter
     from raylab.culler.ledger_store import LocalLedger

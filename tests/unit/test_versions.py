@@ -10,11 +10,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from raylab.connect import check_versions, connect, kernel_versions, running_versions
+from raylab.connect import connect
 from raylab.errors import VersionMismatch
 from raylab.model import ClusterInfo, Phase
 from raylab.profiles import Profiles
 from raylab.spec import ClusterSpec
+from raylab.versions import check_versions, kernel_versions, running_versions
 
 
 def info(ray_version: str, python_version: str) -> ClusterInfo:

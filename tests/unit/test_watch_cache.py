@@ -1,11 +1,11 @@
-"""kuberay_watch.Cache across namespaces: an admin's watch sees alice's and bob's clusters,
+"""backends.kuberay.watch.Cache across namespaces: an admin's watch sees alice's and bob's clusters,
 which may share a name, and one namespace's relist must not drop the other's."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from raylab.backends.kuberay_watch import Cache, Changed, Synced
+from raylab.backends.kuberay.watch import Cache, Changed, Synced
 
 
 def cluster(namespace: str, name: str) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import pytest
 from controlplane import ControlPlane, wait_until
 from processnodes import PROCESS_GPU_TYPE, process_profile
 
-from raylab.backends.kuberay import KubeRayBackend
+from raylab.backends.kuberay.backend import KubeRayBackend
 from raylab.config import Settings
 from raylab.model import ClusterInfo, Phase
 from raylab.spec import ClusterSpec

@@ -1,0 +1,500 @@
+"""The verbs of `%raycluster` and `raylab`: one implementation (`Commands`).
+
+Magics and CLI differ only in how they show things (`Output`) and whether they may
+connect the current process to a cluster (a kernel may; a shell command may not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .. import render
+from ..backends import make_backend
+from ..config import Settings
+from ..errors import NotFound, SpecError
+from ..identity import current_groups, current_user, is_admin
+from ..model import ClusterInfo, Phase
+from ..server.paths import dashboard_path
+from ..service import ClusterService
+from ..sync.environment import EnvOptions
+from .environment import ClusterEnvironments, options_from
+from .parser import CommandError, _subparser, _unknown, build_parser
+
+if TYPE_CHECKING:
+    from ..sync.runtime_env import Prepared
+
+
+class Output(Protocol):
+    def line(self, text: str) -> None: ...
+    def warn(self, text: str) -> None: ...
+    def table(self, clusters: list[ClusterInfo], owner: bool) -> None: ...
+    def block(self, text: str) -> None: ...
+    def link(self, url: str, label: str) -> None: ...
+    def card(self, info: ClusterInfo, fetch: Callable[[], ClusterInfo] | None = None) -> None:
+        """Show the status card; with `fetch`, keep it current where the medium allows."""
+
+    def progress(self, info: ClusterInfo, started: float) -> Any: ...
+
+
+class Commands:
+    def __init__(
+        self,
+        output: Output,
+        *,
+        prog: str,
+        may_connect: bool,
+        settings: Settings | None = None,
+        user: str | None = None,
+        groups: tuple[str, ...] | None = None,
+        cells: Callable[[], list[str]] | None = None,
+    ) -> None:
+        """`user` and `groups`: who runs the verbs (default: this process's user, and
+        on JupyterHub the hub's groups of that user)."""
+        self.out = output
+        self.prog = prog
+        self.may_connect = may_connect
+        self._settings = settings
+        self.user = user or current_user()
+        self._groups = groups
+        self.parser = build_parser(prog)
+        # The notebook's cells so far (IPython's In): what it imports, for drift warnings.
+        self.cells = cells or (lambda: [])
+        self._connected_backend: str | None = None
+
+    def environments(self) -> ClusterEnvironments:
+        return ClusterEnvironments(self.settings)
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            self._settings = Settings.load()
+        return self._settings
+
+    def service(self, backend: str | None) -> ClusterService:
+        groups = self._groups
+        if groups is None:
+            groups = current_groups() if self.user == current_user() else ()
+        admin = is_admin(self.settings, self.user, groups)
+        return ClusterService(
+            make_backend(backend or self.settings.backend, self.settings), self.settings,
+            self.user, admin=admin, program=self.prog,
+        )  # fmt: skip
+
+    def run_line(self, line: str) -> Any:
+        try:
+            argv = shlex.split(line)
+        except ValueError as exc:
+            raise CommandError(f"cannot parse the line: {exc}") from None
+        return self.run(argv)
+
+    def run(self, argv: list[str]) -> Any:
+        args, extra = self.parser.parse_known_args(argv)
+        if extra:
+            raise CommandError(_unknown(extra, _subparser(self.parser, args.verb)))
+        handler: Callable[[argparse.Namespace], Any] = getattr(
+            self, f"do_{args.verb.replace('-', '_')}"
+        )
+        try:
+            return handler(args)
+        except SpecError as exc:
+            raise CommandError(exc.for_command_line()) from None
+
+    # --- verbs --------------------------------------------------------------------
+
+    def do_up(self, args: argparse.Namespace) -> ClusterInfo:
+        fields = ("name", "gpus", "gpu_type", "workers", "cpus", "memory", "image",
+                  "min_workers", "max_workers", "idle_suspend_minutes")  # fmt: skip
+        request = {f: getattr(args, f) for f in fields if getattr(args, f) is not None}
+        service = self.service(args.backend)
+        timeout = args.timeout or self.settings.profiles.defaults.timeout
+        options = options_from(args)
+        envs = self.environments()
+        # Every check before anything is created; a cluster of yours that exists already
+        # keeps what it remembers, with whatever these options change.
+        existing = _existing(service, args.name)
+        prepared = envs.prepare(options, existing)
+        # A shell has no notebook folder: the CLI sets an environment only when asked, and
+        # the first kernel that connects gives the cluster its own folder.
+        remember = self.may_connect or options.any_given
+        started = time.time()
+        info, created = service.create(request, prepared.environment if remember else None)
+        if created:
+            if prepared.values_changed:
+                envs.values.save(info, prepared.values)
+        else:
+            self.out.line(f"{info.name} already exists ({info.phase}); using it.")
+            if existing is None:  # made meanwhile, by another kernel
+                prepared = envs.prepare(options, info)
+            if remember:
+                info = envs.remember(service, info, prepared)
+        for warning in prepared.warnings:
+            self.out.warn(warning)
+        if info.logical_gpus and created:
+            self.out.warn(
+                f"this machine has fewer GPUs than the {info.spec.gpus} requested: the local "
+                "backend declares them as logical GPUs (tasks get CUDA_VISIBLE_DEVICES, "
+                "not a device)"
+            )
+        view = self.out.progress(info, started)
+        connect = args.connect and self.may_connect
+        # One wait: the kernel connects as soon as the head is up, in a thread, while the
+        # same loop follows the workers and keeps the card live.
+        connecting = _Connecting()
+
+        def done(now: ClusterInfo) -> bool:
+            if connect and not connecting.started and now.head_ready:
+                self._say_pip(prepared)
+                view.update(note="Connecting this kernel through Ray Client…")
+                connecting.start(lambda: self._connect(now, service, prepared, args.backend))
+            return _ready(now) and (not connect or connecting.finished())
+
+        try:
+            info = service.wait(info.name, done, max(1.0, timeout - (time.time() - started)),
+                                view)  # fmt: skip
+        except Exception:  # not on an interrupt: that returns at once
+            connecting.settle()
+            raise
+        view.stop_clock()
+        view.update(info, note="")
+        self.out.line(self._connected_note(info) if connect else render.connect_code(info))
+        if connect:
+            self._drift()
+        return info
+
+    def do_down(self, args: argparse.Namespace) -> None:
+        from ..connect import connected_cluster, disconnect
+
+        service = self.service(args.backend)
+        info = service.get(args.name)
+        if connected_cluster() == args.name:
+            disconnect()
+        service.delete(args.name)
+        self.environments().forget(info)
+        self.out.line(f"Deleted {args.name}.")
+
+    def do_list(self, args: argparse.Namespace) -> list[ClusterInfo]:
+        service = self.service(args.backend)
+        clusters = service.list(everyone=args.all)
+        if args.all and not service.admin:
+            self.out.line("Only admins (admin_users, admin_groups) see every user's clusters; "
+                          "these are yours.")  # fmt: skip
+        self.out.table(clusters, args.all and service.admin)
+        for info in clusters:
+            hint = render.keep_running_hint(info, self.prog)
+            if hint and info.owner == self.user:
+                self.out.line(f"{info.name}: {render.idle_text(info)}; {hint}.")
+        return clusters
+
+    def do_status(self, args: argparse.Namespace) -> ClusterInfo | list[ClusterInfo]:
+        from ..connect import connected_cluster
+
+        name = args.name or connected_cluster()
+        if name is None:
+            return self.do_list(argparse.Namespace(backend=args.backend, all=False))
+        service = self.service(args.backend)
+        info = service.get(name)
+        self.out.card(info, lambda: service.get(name))
+        hint = render.keep_running_hint(info, self.prog)
+        if hint:
+            self.out.line(f"{render.idle_text(info)}: {hint}.")
+        return info
+
+    def do_connect(self, args: argparse.Namespace) -> ClusterInfo:
+        if not self.may_connect:
+            raise CommandError(
+                "connect attaches a notebook kernel; in Python use "
+                f"`%load_ext raylab` then `%raycluster connect {args.name}`"
+            )
+        service = self.service(args.backend)
+        info = service.get(args.name)
+        envs = self.environments()
+        prepared = envs.prepare(options_from(args), info)  # checks before connecting
+        for warning in prepared.warnings:
+            self.out.warn(warning)
+        if not info.head_ready:
+            timeout = args.timeout or self.settings.profiles.defaults.timeout
+            view = self.out.progress(info, time.time())
+            info = service.wait(args.name, _head_up, timeout, view)
+        self._say_pip(prepared)
+        self._connect(info, service, prepared, args.backend)
+        # Remembered once it works: a package that breaks the connect is not kept.
+        info = envs.remember(service, info, prepared)
+        self.out.line(self._connected_note(info))
+        self._drift()
+        return info
+
+    def do_disconnect(self, args: argparse.Namespace) -> None:
+        from ..connect import disconnect
+
+        was = disconnect()
+        self.out.line(f"Disconnected from {was}." if was else "Not connected to a cluster.")
+
+    def do_scale(self, args: argparse.Namespace) -> ClusterInfo:
+        info = self.service(args.backend).scale(args.name, args.workers)
+        self.out.line(f"Scaling {info.name} to {info.workers_desired} workers.")
+        self.out.card(info)
+        return info
+
+    def do_suspend(self, args: argparse.Namespace) -> ClusterInfo:
+        info = self.service(args.backend).set_suspended(args.name, True)
+        self.out.line(f"Suspended {info.name}; `{self.prog} resume {info.name}` restarts it.")
+        return info
+
+    def do_resume(self, args: argparse.Namespace) -> ClusterInfo:
+        info = self.service(args.backend).set_suspended(args.name, False)
+        self.out.line(f"Resuming {info.name}.")
+        self.out.card(info)
+        return info
+
+    def do_logs(self, args: argparse.Namespace) -> str:
+        text = self.service(args.backend).logs(args.name, max(1, args.tail))
+        self.out.block(text)
+        return text
+
+    def do_dashboard(self, args: argparse.Namespace) -> str | None:
+        service = self.service(args.backend)
+        info = service.get(args.name)
+        if not info.endpoints.dashboard:
+            self.out.line(f"{info.name} has no dashboard while {info.phase}.")
+            return None
+        # On JupyterHub the kernel knows its server's path: the proxy there holds the token.
+        prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX") if self.may_connect else None
+        if prefix:
+            url = f"{prefix.rstrip('/')}/{dashboard_path(info.name)}"
+        else:
+            url = service.backend.dashboard_address(info) or info.endpoints.dashboard
+        self.out.link(url, f"Ray dashboard of {info.name}")
+        if not prefix and service.auth_token_in_use(info.name):
+            self.out.line(
+                "It asks for the cluster's Ray token: open it from JupyterLab's Ray clusters "
+                f"sidebar instead (no token needed), or see `{self.prog} env {info.name}`."
+            )
+        return url
+
+    def do_env(self, args: argparse.Namespace) -> str:
+        """`export` lines for a shell; the token stays in a 0600 file, named, not shown."""
+        from ..auth import AUTH_MODE_ENV, TOKEN_PATH_ENV, private_token_file
+
+        service = self.service(args.backend)
+        info = service.get(args.name)
+        token = service.auth_token(args.name)
+        if not info.endpoints.dashboard:
+            raise CommandError(f"{info.name} has no dashboard while {info.phase}")
+        lines = [f"# Ray's tools (ray job submit, ray list …) against {info.name}:"]
+        if info.backend == "kuberay" and not self.may_connect:
+            # This process's port-forward ends with it: the shell needs its own.
+            from ..backends.kuberay.config import in_cluster
+
+            url = service.backend.dashboard_address(info) if in_cluster() else None
+            if url is None:
+                lines.append(
+                    f"#   first: kubectl -n {info.namespace} port-forward "
+                    f"svc/{info.name}-head-svc 8265:8265"
+                )
+                url = "http://127.0.0.1:8265"
+        else:
+            url = service.backend.dashboard_address(info)
+        lines.append(f"export RAY_ADDRESS={url}")
+        if token is None:
+            lines.append(f"export {AUTH_MODE_ENV}=disabled")
+        else:
+            path = private_token_file(f"{info.backend}-{info.namespace or 'local'}-{info.name}",
+                                      token)  # fmt: skip
+            lines += [f"export {AUTH_MODE_ENV}=token", f"export {TOKEN_PATH_ENV}={path}"]
+        text = "\n".join(lines) + "\n"
+        self.out.block(text)
+        return text
+
+    def do_keep(self, args: argparse.Namespace) -> ClusterInfo:
+        info = self.service(args.backend).keep_running(args.name)
+        self.out.line(f"Keeping {info.name} running: its idle clock starts again.")
+        return info
+
+    do_keep_running = do_keep
+
+    def do_usage(self, args: argparse.Namespace) -> list[Any]:
+        from ..culler.ledger import usage_rows
+        from ..culler.ledger_store import store_for
+
+        service = self.service(args.backend)
+        everyone = args.all and service.admin
+        if args.all and not service.admin:
+            raise CommandError("--all shows every user's GPU-hours: for admins only")
+        now = time.time()
+        since = now - args.since
+        intervals = store_for(service.backend).load(None if everyone else self.user)
+        rows = usage_rows(intervals, since, now)
+        self.out.block(render.usage_table(rows, since, everyone=everyone))
+        return rows
+
+    def do_culler(self, args: argparse.Namespace) -> None:
+        if self.may_connect:
+            raise CommandError(
+                "the culler is a service: run `raylab culler` in a shell, a JupyterHub "
+                "service or a Deployment (docs/culler.md)"
+            )
+        from ..culler.service_main import run_culler
+
+        run_culler(args, self.settings, self.out.line)
+
+    def do_export(self, args: argparse.Namespace) -> Any:
+        from ..connect import connected_cluster
+        from ..export.verb import run_export
+
+        service = self.service(args.backend)
+        connected = connected_cluster() if self.may_connect else None
+        return run_export(
+            args,
+            connected_cluster_info=service.get(connected) if connected else None,
+            out=self.out,
+            settings=self.settings,
+            lookup=service.get,
+        )
+
+    def do_pip(self, args: argparse.Namespace) -> ClusterInfo | None:
+        from ..sync.pip import install_in_kernel, parse_install
+
+        if not self.may_connect:
+            raise CommandError(
+                "pip installs into a notebook kernel; in Python use `%load_ext raylab` then "
+                "`%raycluster pip install PKG`"
+            )
+        pip_args = parse_install(list(args.packages))
+        install_in_kernel(pip_args, self.out.line)
+        return self.add_requirements(list(pip_args.index), backend=args.backend)
+
+    def add_requirements(
+        self, requirements: list[str], backend: str | None = None
+    ) -> ClusterInfo | None:
+        """Add index requirements to the connected cluster's environment and reconnect
+        with it (local wheels and folders are shipped as local packages anyway)."""
+        from ..connect import connected_cluster
+        from ..sync.packages import requirement_name
+
+        name = connected_cluster()
+        if name is None:
+            self.out.line("Installed in this kernel; not connected to a cluster, so nothing else.")
+            return None
+        service = self.service(backend or self._connected_backend)
+        info = service.get(name)
+        env = info.environment
+        new = {requirement_name(r) for r in requirements}
+        kept = [r for r in (env.pip if env else ()) if requirement_name(r) not in new]
+        options = EnvOptions(pip=(*kept, *requirements, *(env.wheels if env else ())))
+        envs = self.environments()
+        prepared = envs.prepare(options, info)
+        for warning in prepared.warnings:
+            self.out.warn(warning)
+        self._connect(info, service, prepared, backend or self._connected_backend)
+        info = envs.remember(service, info, prepared)
+        what = ", ".join(requirements) if requirements else "the new local packages"
+        self.out.line(
+            f"Added {what} to {name}'s environment and reconnected this kernel "
+            "(objects and actors of the previous connection are gone)."
+        )
+        self._drift()
+        return info
+
+    # --- helpers ------------------------------------------------------------------
+
+    def _connect(
+        self, info: ClusterInfo, service: ClusterService, prepared: Prepared, backend: str | None
+    ) -> None:
+        from ..connect import connect
+
+        connect(
+            info,
+            address=service.backend.client_address(info),
+            token=service.auth_token(info.name),
+            runtime_env=prepared.runtime_env,
+            environment=prepared.fingerprint,
+            dashboard=service.backend.dashboard_address(info),
+        )
+        self._connected_backend = backend
+
+    def _say_pip(self, prepared: Prepared) -> None:
+        pip = prepared.runtime_env.get("pip")
+        if pip:  # Ray Client answers only once the workers' environment is made
+            self.out.line(
+                f"The cluster installs {len(pip)} pip package{'s' if len(pip) > 1 else ''} "
+                "for this kernel's environment (the first time can take minutes)…"
+            )
+
+    def _drift(self) -> None:
+        from ..sync import drift
+
+        for warning in drift.check(self.cells()):
+            self.out.warn(warning)
+
+    def _connected_note(self, info: ClusterInfo) -> str:
+        from ..connect import connected_address
+
+        env = info.environment
+        shipped = render.environment_text(env) if env else ""
+        what = f" with {shipped}" if env and shipped != "nothing synced" else ""
+        return (
+            f"Connected this kernel to {info.name} "
+            f"({connected_address() or info.endpoints.client}){what}; use ray.remote as usual."
+        )
+
+
+def _existing(service: ClusterService, name: str | None) -> ClusterInfo | None:
+    if name is None:
+        return None
+    try:
+        return service.get(name)
+    except (NotFound, SpecError):  # not yours, or not a name: `create` says which
+        return None
+
+
+def _head_up(info: ClusterInfo) -> bool:
+    return info.head_ready
+
+
+def _ready(info: ClusterInfo) -> bool:
+    return info.phase == Phase.READY
+
+
+class _Connecting:
+    """Ray Client's connect in a thread of its own, so that `up`'s one wait loop keeps
+    following the cluster meanwhile. Ray Client's default context is shared by every
+    thread, so the kernel's own thread uses the connection made here. Only the kernel's
+    thread prints (a thread's output may land in another cell)."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
+    def start(self, run: Callable[[], None]) -> None:
+        def target() -> None:
+            try:
+                run()
+            except BaseException as exc:  # re-raised in the kernel's thread
+                self._error = exc
+
+        self._thread = threading.Thread(target=target, daemon=True, name="raylab-connect")
+        self._thread.start()
+
+    def finished(self) -> bool:
+        """True once connected; the connect's own error if it failed."""
+        if self._thread is None or self._thread.is_alive():
+            return False
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def settle(self) -> None:
+        """After a failed wait: let a connect in flight end (bounded by Ray Client's own
+        timeout) rather than connect the kernel behind the error the user reads."""
+        if self._thread is not None:
+            self._thread.join(timeout=60)
