@@ -101,9 +101,10 @@ def test_the_kernels_notebook_is_the_default(
 
 
 def test_wired_into_the_verbs(tmp_path: Path) -> None:
-    from raylab.commands import verbs as commands
+    from raylab import commands
+    from raylab.commands.parser import VERBS
 
-    assert "export" in commands.VERBS
+    assert "export" in VERBS
     nb = make_notebook(tmp_path / "cli.ipynb", ["x = 1\nx"])
     out = Lines()
     runner = commands.Commands(out, prog="raylab", may_connect=False, settings=SETTINGS)  # type: ignore[arg-type]
