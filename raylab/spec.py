@@ -6,6 +6,7 @@ Parsed alike from magic arguments, CLI arguments and REST JSON. Every refusal is
 
 from __future__ import annotations
 
+import math
 import re
 import secrets
 import string
@@ -18,19 +19,21 @@ from .errors import SpecError
 from .profiles import GpuProfile, Profiles
 
 NAME_MAX = 40
+# Every pattern below is used with `fullmatch`: `match` with `$` also accepts a trailing
+# newline ("demo\n" would become a cluster, an image, a quantity).
 # RFC 1123 label: what Kubernetes accepts as an object name that is also a DNS label.
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 # An OCI image reference: [registry[:port]/]path[:tag][@digest]. Strict on purpose: it
 # ends up in a pod spec.
 _IMAGE = re.compile(
-    r"^(?:(?:localhost|[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)+)(?::[0-9]+)?/|[a-zA-Z0-9-]+:[0-9]+/)?"
+    r"(?:(?:localhost|[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)+)(?::[0-9]+)?/|[a-zA-Z0-9-]+:[0-9]+/)?"
     r"[a-z0-9]+(?:[._-][a-z0-9]+)*"
     r"(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
-    r"(?:@sha256:[a-f0-9]{64})?$"
+    r"(?:@sha256:[a-f0-9]{64})?"
 )
 # ASCII digits only: str.isdigit() also accepts "¹" and "٣", which int() refuses.
-_WHOLE = re.compile(r"^\+?[0-9]+$")
-_FIELD_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+_WHOLE = re.compile(r"\+?[0-9]+")
+_FIELD_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 MAX_GPUS = 1024
 MAX_WORKERS = 512
 
@@ -87,7 +90,7 @@ class ClusterSpec:
             raise SpecError("body", "expected a JSON object with cluster fields")
         unknown = sorted(str(k) for k in data if k not in FIELDS)
         if unknown:
-            field = unknown[0] if _FIELD_NAME.match(unknown[0]) else "body"
+            field = shown_field(unknown[0])
             raise SpecError(
                 field, f"unknown field {_show(unknown[0])}; allowed: {', '.join(FIELDS)}"
             )
@@ -123,7 +126,7 @@ class ClusterSpec:
         memory = _quantity(data, "memory", profile.default_memory, memory=True)
         image = data.get("image", d.image)
         if image is not None and (
-            not isinstance(image, str) or len(image) > 255 or not _IMAGE.match(image)
+            not isinstance(image, str) or len(image) > 255 or not _IMAGE.fullmatch(image)
         ):
             raise SpecError(
                 "image",
@@ -149,19 +152,26 @@ class ClusterSpec:
         )
 
 
-_DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*(s|m|min|h|d)?$")
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(s|m|min|h|d)?")
 _UNIT_S = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def parse_duration(value: object, default_unit: str = "m") -> float:
-    """Seconds in `30m`, `90s`, `2h`, `1d` or a bare number (of `default_unit`)."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        amount, unit = float(value), default_unit
-    elif isinstance(value, str) and (match := _DURATION.match(value.strip())):
-        amount, unit = float(match.group(1)), match.group(2) or default_unit
-    else:
+    """Seconds in `30m`, `90s`, `2h`, `1d` or a bare number (of `default_unit`); finite
+    (a NaN compares false with every limit, and 400 digits make inf)."""
+    try:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            amount, unit = float(value), default_unit
+        elif isinstance(value, str) and (match := _DURATION.fullmatch(value.strip())):
+            amount, unit = float(match.group(1)), match.group(2) or default_unit
+        else:
+            raise ValueError(value)
+    except OverflowError:  # float() of a huge int
+        raise ValueError(value) from None
+    seconds = amount * _UNIT_S[unit]
+    if not math.isfinite(seconds):
         raise ValueError(value)
-    return amount * _UNIT_S[unit]
+    return seconds
 
 
 def parse_since(text: str) -> float:
@@ -212,13 +222,19 @@ def validate_name(value: object, field: str = "name") -> str:
         raise SpecError(field, "a cluster name is required")
     if len(value) > NAME_MAX:
         raise SpecError(field, f"{_show(value)} is longer than {NAME_MAX} characters")
-    if not _DNS_LABEL.match(value):
+    if not _DNS_LABEL.fullmatch(value):
         raise SpecError(
             field,
             f"{_show(value)} is not a valid name: use lowercase letters, digits and '-', "
             "starting and ending with a letter or digit",
         )
     return value
+
+
+def shown_field(key: object) -> str:
+    """The field an error names for a key the user sent: the key when it looks like a
+    field name, else "body" (an error never echoes arbitrary text as a field)."""
+    return key if isinstance(key, str) and _FIELD_NAME.fullmatch(key) else "body"
 
 
 def generate_name() -> str:
@@ -247,7 +263,7 @@ def _int(data: Mapping[str, Any], field: str, default: int | None, low: int, hig
 
 def whole_number(value: object, field: str, low: int, high: int) -> int:
     """`value` (an int, or digits from a command line or form) within low..high."""
-    if isinstance(value, str) and _WHOLE.match(value.strip()):
+    if isinstance(value, str) and _WHOLE.fullmatch(value.strip()):
         value = int(value.strip())
     if isinstance(value, bool) or not isinstance(value, int):
         raise SpecError(field, f"{_show(value)} is not a whole number; use {low} to {high}")
@@ -289,7 +305,7 @@ def _quantity(data: Mapping[str, Any], field: str, default: str, *, memory: bool
     return text
 
 
-_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
+_QUANTITY = re.compile(r"([0-9]+(?:\.[0-9]+)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?")
 _SUFFIX: dict[str, Decimal] = {
     "": Decimal(1), "m": Decimal("0.001"),
     **{k: Decimal(10) ** (3 * i) for i, k in enumerate("kMGTPE", start=1)},
@@ -304,7 +320,7 @@ def parse_quantity(text: str) -> Decimal:
     ~0.45 s on every `%raycluster up`, and the client's parser also accepts exponent
     forms that the API server refuses in resource requests.
     """
-    match = _QUANTITY.match(text)
+    match = _QUANTITY.fullmatch(text)
     if not match:
         raise ValueError(text)
     return Decimal(match.group(1)) * _SUFFIX[match.group(2) or ""]

@@ -14,9 +14,14 @@ def add_culler_arguments(parser: argparse.ArgumentParser) -> None:
         "--metrics-port", dest="metrics_port", type=int, default=None, metavar="PORT",
         help="serve Prometheus /metrics on this port (default: none)",
     )  # fmt: skip
+    # /metrics has no authentication and names every user's clusters: this machine only,
+    # unless the operator chooses otherwise (0.0.0.0 in a pod that Prometheus scrapes).
+    # --metrics-address is its earlier name.
     parser.add_argument(
-        "--metrics-address", dest="metrics_address", default="0.0.0.0", metavar="ADDRESS",
-        help="address for /metrics (default 0.0.0.0)",
+        "--metrics-host", "--metrics-address", dest="metrics_host", default="127.0.0.1",
+        metavar="HOST",
+        help="address /metrics listens on (default 127.0.0.1: this machine only; 0.0.0.0: "
+        "every interface, e.g. in a pod that Prometheus scrapes)",
     )  # fmt: skip
     parser.add_argument(
         "--namespace", dest="namespaces", action="append", default=None, metavar="NAMESPACE",

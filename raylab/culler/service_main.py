@@ -64,8 +64,8 @@ def run_culler(args: argparse.Namespace, settings: Settings, say: Callable[[str]
     if args.metrics_port is not None:
         from prometheus_client import start_http_server
 
-        start_http_server(args.metrics_port, addr=args.metrics_address)
-        say(f"raylab culler: /metrics on {args.metrics_address}:{args.metrics_port}")
+        start_http_server(args.metrics_port, addr=args.metrics_host)
+        say(f"raylab culler: /metrics on {args.metrics_host}:{args.metrics_port}")
     stop = threading.Event()
     _on_signals(stop)
     for mirror in mirrors:

@@ -134,11 +134,21 @@ def analyze(cells: Sequence[Cell], steps: Sequence[str]) -> Analysis:
             "nothing to export: every selected cell is a magic, a shell command or display",
             detail="EXPORT.md would be empty; export a notebook whose cells compute something",
         )
-    a.notes.sort(key=lambda n: (n.cell, n.line))
-    _finish(a, timeline)
     if result_cell is not None and a.in_order:
         a.result_text = result_cell.result_text()
+        if a.result_text is not None and _shows_a_written_value(a.result_text, a):
+            a.result_text = None
+            why = "shows a value the notebook wrote into its environment; not kept as the "
+            a.note(result_cell.number, 1, "Out[]", "dropped", why + "tests' expected result")
+    a.notes.sort(key=lambda n: (n.cell, n.line))
+    _finish(a, timeline)
     return a
+
+
+def _shows_a_written_value(text: str, a: Analysis) -> bool:
+    """Whether the saved output shows a value written into the environment (one of at
+    least 4 characters: "0" or "1" would match any output)."""
+    return any(len(v) >= 4 and v in text for v in a.written_values)
 
 
 def _classify(node: ast.stmt, source: str, value: str, cell: Cell, step: str, offset: int,

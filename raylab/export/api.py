@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keyword
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,10 +21,23 @@ from .project import Project, project_files, write_project
 from .report import build_report
 
 DEFAULT_SCHEDULE = "0 3 * * *"  # daily, 03:00 UTC: after the day's data, before people
-_CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,\-?]+$")
+_CRON_FIELD = re.compile(r"[0-9A-Za-z*/,\-?]+")  # fullmatch
 _CRON_MACROS = frozenset({"@hourly", "@daily", "@weekly", "@monthly"})
-# Parameter names of the asset functions: an asset must not be called one of these.
-_TAKEN = frozenset({"context", "config", "ray_cluster", "defs"})
+# Names the generated modules bind at their top level (definitions.py's imports, its
+# `defs` and the builtins it calls; what tests/test_pipeline.py imports next to the
+# assets) and the asset functions' parameters: an asset of the same name would replace
+# one of them. A step of such a name is renamed; the pipeline (its package, and its asset
+# when it has one step) is refused.
+_TAKEN = frozenset(
+    {"context", "config", "ray_cluster", "defs", "dg", "notebook", "ray_resource", "cluster",
+     "local_ray", "rayjob_manifest", "repr", "len", "dict", "str", "object", "json",
+     "subprocess", "sys", "datetime", "timedelta"}
+)  # fmt: skip
+# The package's own modules and the project's tests/ folder.
+_OWN_MODULES = frozenset({"definitions", "cluster", "resources", "notebook", "tests"})
+# Top-level modules the project imports: a package of the same name would hide them, or
+# be hidden by them (the standard library comes first on sys.path).
+_IMPORTED = frozenset({"dagster", "dagster_ray", "ray", "kubernetes", "pytest"})
 
 
 @dataclass(frozen=True)
@@ -55,6 +69,7 @@ def export_notebook(
     path = Path(notebook_path).expanduser().resolve()
     settings = settings or Settings.load()
     pipeline = pipeline_name(name if name is not None else path.stem)
+    check_free(pipeline, given=name is not None)
     cron = check_schedule(schedule or DEFAULT_SCHEDULE)
     if cells not in ("auto", "tagged", "all"):
         raise SpecError("cells", f"{cells!r}: use tagged or all")
@@ -112,12 +127,27 @@ def pipeline_name(raw: str) -> str:
     return name
 
 
+def check_free(pipeline: str, *, given: bool) -> None:
+    """Refuse a pipeline name that the generated project already uses for something else."""
+    if pipeline in _OWN_MODULES:
+        what = "the tests/ folder" if pipeline == "tests" else f"the module {pipeline}.py"
+        taken = f"{what} of every exported project"
+    elif pipeline in _IMPORTED or pipeline in sys.stdlib_module_names:
+        taken = f"the module {pipeline} that Python or the project imports"
+    elif pipeline in _TAKEN:
+        taken = "a name the generated definitions and tests use"
+    else:
+        return
+    origin = "" if given else " (from the notebook's file name)"
+    raise SpecError("name", f"{pipeline!r}{origin} is {taken}; give the pipeline another name")
+
+
 def check_schedule(cron: str) -> str:
     cron = " ".join(cron.split())
     if cron in _CRON_MACROS:
         return cron
     fields = cron.split(" ")
-    if len(fields) != 5 or not all(_CRON_FIELD.match(f) for f in fields):
+    if len(fields) != 5 or not all(_CRON_FIELD.fullmatch(f) for f in fields):
         raise SpecError(
             "schedule", f"{cron!r} is not a cron schedule such as '0 3 * * *' (daily at 03:00)"
         )
@@ -132,7 +162,8 @@ def _steps(selected: Sequence[Cell], pipeline: str) -> list[str]:
     first = next(s for s in named if s)
     steps: list[str] = []
     current = first
+    taken = _TAKEN | {pipeline, f"{pipeline}_job", f"{pipeline}_schedule"}
     for s in named:
         current = s or current
-        steps.append(current if current not in _TAKEN | {pipeline} else f"{current}_step")
+        steps.append(current if current not in taken else f"{current}_step")
     return steps

@@ -9,6 +9,7 @@ import ast
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from .env_writes import RUN_TIME_NAME, EnvAliases, EnvWrite, bound_names, env_write
 from .magic_lines import decide, ipython_call, uses_ipython
 from .model import Analysis
 
@@ -30,9 +31,11 @@ class Names:
     ray_modules: set[str] = field(default_factory=lambda: {"ray"})
     ray_functions: set[str] = field(default_factory=set)  # from ray import init
     display: set[str] = field(default_factory=lambda: {"display"})  # a kernel builtin
+    env: EnvAliases = field(default_factory=EnvAliases)  # os.environ and os.putenv
 
     def learn_import(self, node: ast.Import | ast.ImportFrom) -> bool:
         """Record aliases; True when the import is of a display-only library."""
+        self.env.learn(node)
         if isinstance(node, ast.Import):
             roots = [a.name.split(".")[0] for a in node.names]
             for alias in node.names:
@@ -102,6 +105,7 @@ class Cleaner:
             d = decide(*call)
             self.a.add_requirements(d.requirements)
             self.a.add_env(d.env_names)
+            self.a.add_written_values(d.env_values)
             action = {"keep": "changed", "dependency": "dependency"}.get(d.action, "dropped")
             self.note(node, d.written, action, d.why)
             if d.action == "keep" and d.code:
@@ -111,6 +115,12 @@ class Cleaner:
                         ast.copy_location(k, node)
                         ast.fix_missing_locations(k)
                     return self.statements(kept)
+            return []
+        # First: every note below shows the statement as written, which must not show
+        # a value written into the environment.
+        write = env_write(node, self.names.env)
+        if write is not None:
+            self._drop_env_write(node, write)
             return []
         if isinstance(node, ast.Import | ast.ImportFrom) and self.names.learn_import(node):
             self.note(node, ast.unparse(node), "dropped", "display library")
@@ -136,13 +146,6 @@ class Cleaner:
             if self.names.is_display(value):
                 self.names.display |= set(_target_names(node))
                 self.note(node, ast.unparse(node), "dropped", "display only")
-                return []
-            env = _literal_env_assignment(node)
-            if env:
-                self.a.add_env([env])
-                self.note(node, f"{env} = …", "dropped",
-                          f"sets {env} to a value written in the notebook; the value is not "
-                          f"copied: set {env} where the pipeline runs")  # fmt: skip
                 return []
         if isinstance(node, ast.Expr):
             if self.names.is_ray_lifecycle(node.value):
@@ -175,6 +178,18 @@ class Cleaner:
             return []
         return [node]
 
+    def _drop_env_write(self, node: ast.stmt, write: EnvWrite) -> None:
+        known = [n for n in write.names if n != RUN_TIME_NAME]
+        self.a.add_env(known)
+        self.a.add_written_values(write.values)
+        where = f"set {', '.join(known)}" if known else "set it"
+        why = (f"sets {', '.join(write.names)} to a value written in the notebook; the value "
+               f"is not copied: {where} where the pipeline runs")  # fmt: skip
+        bound = bound_names(node)
+        if bound:
+            why += f"; {', '.join(bound)} is not defined in the pipeline"
+        self.note(node, f"{', '.join(known) or 'os.environ[…]'} = …", "dropped", why)
+
     def _inside(self, node: ast.stmt) -> None:
         for name in _COMPOUND_FIELDS:
             body = getattr(node, name, None)
@@ -204,23 +219,6 @@ def _targets(node: ast.Assign | ast.AnnAssign | ast.AugAssign) -> str:
 def _target_names(node: ast.stmt) -> list[str]:
     targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
     return [n.id for t in targets if t for n in ast.walk(t) if isinstance(n, ast.Name)]
-
-
-def _literal_env_assignment(node: ast.stmt) -> str | None:
-    """`os.environ["X"] = "value"`: the name X when the value is written in the notebook."""
-    if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
-        return None
-    target = node.targets[0]
-    if not (isinstance(target, ast.Subscript) and isinstance(node.value, ast.Constant)):
-        return None
-    base = target.value
-    is_environ = (isinstance(base, ast.Attribute) and base.attr == "environ") or (
-        isinstance(base, ast.Name) and base.id == "environ"
-    )
-    key = target.slice
-    if is_environ and isinstance(key, ast.Constant) and isinstance(key.value, str):
-        return key.value
-    return None
 
 
 def _parse_or_none(code: str) -> list[ast.stmt] | None:

@@ -12,7 +12,7 @@ import ast
 from dataclasses import dataclass
 
 from .model import Analysis, Stmt
-from .templating import py_repr
+from .templating import py_repr, render
 
 INDENT = "    "
 
@@ -74,14 +74,8 @@ def _fresh(name: str, taken: set[str]) -> str:
 
 
 def _docstring(notebook: str, a: Analysis) -> str:
-    return (
-        f'"""The code of {notebook}, as the pipeline runs it (exported by raylab).\n\n'
-        "Ray workers import this module (the pipeline ships it to them through the Ray\n"
-        "runtime_env's py_modules): its top level holds only imports and self-contained\n"
-        "functions and classes. The cells' other code runs inside the step functions below,\n"
-        "top to bottom as in the notebook. See EXPORT.md for what was left out and why.\n"
-        '"""\n'
-    )
+    # Through the templates' environment: the file name is the user's text, escaped there.
+    return render("notebook_docstring.py.j2", notebook=notebook)
 
 
 def _plan(a: Analysis, pipeline: str, functions: dict[str, str]) -> list[StepPlan]:

@@ -7,6 +7,8 @@ kernel had from local files (editable installs, local wheels), which no index ha
 Dagster's process imports them from the installed project, and the pipeline's workers
 get them as `py_modules`. Data files of the working directory stay out (a pipeline reads
 its inputs from where production keeps them), and so do env-var values: names only.
+Nor is anything a symlink leads to outside its folder (the working directory's, a local
+package's): it is listed in EXPORT.md, never copied into a project meant to be shared.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 from ..render import format_size
 from ..sync.environment import ClusterEnvironment
 from ..sync.packages import NEVER_SHIPPED, default_cache, find, unpacked_wheel
-from ..sync.workdir import scan
+from ..sync.workdir import leads_inside, scan
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ def carried(env: ClusterEnvironment | None, package: str, max_bytes: int) -> Car
     # (module name, {path in the project: file}), in order of precedence.
     sources: list[tuple[str, dict[str, Path]]] = []
     if env.working_dir and Path(env.working_dir).is_dir():
-        sources += _workdir_modules(Path(env.working_dir), env.excludes)
+        sources += _workdir_modules(Path(env.working_dir), env.excludes, notes)
     elif env.working_dir:
         notes.append(f"the working directory {env.working_dir} is not on this machine")
     found, missing = find(env.local_packages)
@@ -60,7 +62,7 @@ def carried(env: ClusterEnvironment | None, package: str, max_bytes: int) -> Car
             paths += [Path(x) for x in unpacked_wheel(wheel, default_cache())]
         else:
             notes.append(f"wheel {wheel} is not on this machine")
-    sources += [(_module_name(x), _files(_module_name(x), x)) for x in paths]
+    sources += [(_module_name(x), _files(_module_name(x), x, notes)) for x in paths]
     total = 0
     for name, content in sources:
         if not name.isidentifier() or name in modules:
@@ -82,10 +84,15 @@ def carried(env: ClusterEnvironment | None, package: str, max_bytes: int) -> Car
     return Carried(tuple(modules), files, env.pip, env.env_names, tuple(notes))
 
 
-def _workdir_modules(root: Path, excludes: tuple[str, ...]) -> list[tuple[str, dict[str, Path]]]:
+def _workdir_modules(
+    root: Path, excludes: tuple[str, ...], notes: list[str]
+) -> list[tuple[str, dict[str, Path]]]:
     """Top-level packages (with their shipped files) and .py modules of the folder."""
     found: dict[str, dict[str, Path]] = {}
-    for rel, _ in scan(root, excludes).files:
+    result = scan(root, excludes)
+    notes += [f"{rel} in the working directory, a symlink that leads outside it"
+              for rel in result.outside]  # fmt: skip
+    for rel, _ in result.files:
         top = rel.split("/", 1)[0]
         if "/" not in rel and rel.endswith(".py") and rel[:-3].isidentifier():
             found[rel[:-3]] = {rel: root / rel}
@@ -114,14 +121,21 @@ def _module_name(path: Path) -> str:
     return path.stem if path.suffix == ".py" else path.name
 
 
-def _files(name: str, source: Path) -> dict[str, Path]:
+def _files(name: str, source: Path, notes: list[str]) -> dict[str, Path]:
+    """A local package's files (os.walk does not enter symlinked folders; a symlinked
+    file that leads outside the package is left out and noted)."""
     if source.is_file():
         return {f"{name}.py": source}
     out = {}
+    real_root = source.resolve()
     for top, dirs, names in os.walk(source):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for file in sorted(names):
             if not file.endswith((".pyc", ".pyo")):
                 path = Path(top, file)
-                out[f"{name}/{path.relative_to(source).as_posix()}"] = path
+                rel = f"{name}/{path.relative_to(source).as_posix()}"
+                if path.is_symlink() and not leads_inside(path, real_root):
+                    notes.append(f"{rel} of a local package, a symlink that leads outside it")
+                    continue
+                out[rel] = path
     return out

@@ -27,8 +27,9 @@ _PIP_VALUE_OPTIONS = frozenset(
      "--only-binary", "--no-binary"]
 )  # fmt: skip
 _SHELL_OPERATORS = frozenset({"&&", "||", ";", "|", ">", ">>", "<", "&"})
-# A PEP 508 requirement without URL or path: name[extras] then version specifiers/markers.
-_REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,\s-]+\])?([<>=!~;].*)?$")
+# A PEP 508 requirement without URL or path: name[extras] then version specifiers/markers
+# (fullmatch, and `.` stops at a newline: "numpy\n" is not a requirement).
+_REQUIREMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._, -]+\])?([<>=!~;].*)?")
 # Pinned by the generated project itself; a notebook's own install of them is not copied.
 PINNED_BY_EXPORT = frozenset({"ray", "dagster", "dagster-ray"})
 
@@ -58,6 +59,7 @@ class Decision:
     requirements: tuple[str, ...] = ()
     code: str | None = None  # the Python kept in place of the magic
     env_names: tuple[str, ...] = ()
+    env_values: tuple[str, ...] = ()  # what `%env K=V` sets: never shown, never copied
 
 
 def ipython_call(node: ast.AST) -> tuple[str, list[str]] | None:
@@ -101,9 +103,12 @@ def _line_magic(name: str, line: str) -> Decision:
     if name in ("env", "set_env"):
         names = tuple(_env_names(line))
         why = "environment setting; its value is not copied"
+        value = _env_value(line)
         if names:
             why += f": set {', '.join(names)} where the pipeline runs"
-        return Decision("drop", written, why, env_names=names)
+        if value:  # the report shows the name, never the value
+            written = f"%{name} {names[0] if names else '…'}=…"
+        return Decision("drop", written, why, env_names=names, env_values=(value,) if value else ())
     if name in ("time", "prun") and line and not line.startswith("-"):
         return Decision("keep", written, f"%{name} dropped, the statement kept", code=line)
     if name in _HELP:
@@ -145,7 +150,7 @@ def _pip(written: str, words: list[str]) -> Decision:
             elif word.split("=", 1)[0] in _PIP_VALUE_OPTIONS:
                 skipped.append(word)
             continue
-        if "{" in word or "$" in word or not _REQUIREMENT.match(word):
+        if "{" in word or "$" in word or not _REQUIREMENT.fullmatch(word):
             skipped.append(word)
             continue
         if _project(word) in PINNED_BY_EXPORT:
@@ -168,6 +173,15 @@ def _env_names(line: str) -> list[str]:
     """`%env A=1`, `%env A 1`, `%set_env A=1` -> ["A"]; `%env` alone lists, sets nothing."""
     first = line.split("=", 1)[0].split(None, 1)
     return [first[0]] if first and first[0].isidentifier() else []
+
+
+def _env_value(line: str) -> str:
+    """The value `%env A=1`, `%env A 1` or `%set_env A=1` sets ("" when it sets none)."""
+    head, sep, value = line.partition("=")
+    if sep and " " not in head.strip():
+        return value.strip()
+    parts = line.split(None, 1)
+    return parts[1].strip() if len(parts) == 2 else ""
 
 
 def shlex_split(text: str) -> list[str]:

@@ -60,6 +60,8 @@ class Analysis:
     in_order: bool = True  # saved outputs come from a top-to-bottom run
     result_text: str | None = None  # the notebook's saved Out[] of the final shown value
     gpu_cells: list[int] = field(default_factory=list)  # cells asking Ray for num_gpus
+    # What the notebook wrote into its environment (env_writes.py): in no file, ever.
+    written_values: list[str] = field(default_factory=list)
 
     def note(self, cell: int, line: int, written: str, action: str, why: str) -> None:
         self.notes.append(Note(cell, line, _short(written), action, why))
@@ -68,6 +70,9 @@ class Analysis:
         for r in requirements:
             if r not in self.requirements:
                 self.requirements.append(r)
+
+    def add_written_values(self, values: tuple[str, ...] | list[str]) -> None:
+        self.written_values += [v for v in values if v and v not in self.written_values]
 
     def add_env(self, names: tuple[str, ...] | list[str]) -> None:
         for n in names:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import keyword
+import math
 
 from .model import Parameter
 
@@ -40,10 +41,22 @@ def parameter_of(node: ast.stmt, cell: int, line: int) -> Parameter | str | None
         return "not a literal value, so not configurable"
     if isinstance(literal, tuple):
         literal = list(literal)
+    if not _finite(literal):
+        return "not a finite number (inf or nan), which run config cannot hold"
     annotation = annotation_of(literal)
     if annotation is None:
         return "a literal of a type config cannot hold"
     return Parameter(name, annotation, literal, cell, line)
+
+
+def _finite(value: object) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list | tuple):
+        return all(_finite(v) for v in value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    return True
 
 
 def annotation_of(value: object) -> str | None:

@@ -86,8 +86,7 @@ def project_files(p: Project, report: str) -> dict[str, str | bytes]:
             file_modules=p.carried.file_modules,
             name=p.name,
         ),
-        f"{p.package}/__init__.py": f'"""The {p.name} pipeline, exported by raylab from '
-        f'{p.notebook}."""\n',
+        f"{p.package}/__init__.py": render("__init__.py.j2", name=p.name, notebook=p.notebook),
         f"{p.package}/notebook.py": p.module.source,
         f"{p.package}/cluster.py": render(
             "cluster.py.j2",

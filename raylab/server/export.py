@@ -15,6 +15,7 @@ from tornado import web
 
 from ..errors import Forbidden, SpecError
 from ..export import export_notebook
+from ..spec import shown_field
 from .handlers import RaylabHandler
 
 FIELDS = frozenset({"path", "name", "cluster", "schedule", "cells", "force", "out"})
@@ -48,7 +49,8 @@ class ExportHandler(RaylabHandler):
         body = self.json_body()
         unknown = sorted(set(body) - FIELDS)
         if unknown:
-            raise SpecError(unknown[0], f"unknown field; allowed: {', '.join(sorted(FIELDS))}")
+            raise SpecError(shown_field(unknown[0]), f"unknown field {unknown[0][:40]!r}; allowed: "
+                            f"{', '.join(sorted(FIELDS))}")  # fmt: skip
         # An export writes files: the caller must also be allowed to write contents.
         if not self.authorizer.is_authorized(self, self.current_user, "write", "contents"):
             raise Forbidden("you may not write files on this server")

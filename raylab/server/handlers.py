@@ -24,11 +24,11 @@ from ..errors import NotFound, RaylabError, SpecError
 from ..identity import current_user, is_admin, may_see
 from ..model import ClusterInfo
 from ..service import ClusterService, quota_use
-from ..spec import validate_name
+from ..spec import shown_field, validate_name
 from .cache import ClusterCache, cluster_json
+from .strict_json import parse_body
 
 AUTH_RESOURCE = "raylab"
-MAX_BODY = 64 * 1024
 # Endpoints beyond the cluster API that this server has; the frontend shows their buttons
 # only when listed in the profiles reply (it fetches that reply at start-up anyway).
 FEATURES = ("export", "usage", "keep-running")
@@ -132,15 +132,9 @@ class RaylabHandler(APIHandler):
         return cluster_json(info, self.cache.home)
 
     def json_body(self) -> dict[str, Any]:
-        if len(self.request.body) > MAX_BODY:
-            raise SpecError("body", f"larger than {MAX_BODY} bytes")
-        try:
-            body = json.loads(self.request.body or b"{}")
-        except ValueError:
-            raise SpecError("body", "not valid JSON") from None
-        if not isinstance(body, dict):
-            raise SpecError("body", "expected a JSON object")
-        return body
+        """The body as strict JSON (strict_json.py: finite numbers, bounded size and depth,
+        each key once), or one SpecError naming the field."""
+        return parse_body(self.request.body)
 
     async def blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """Backend calls block (Kubernetes round trips, starting processes): off the loop."""
@@ -219,7 +213,8 @@ class ClusterHandler(RaylabHandler):
         body = self.json_body()
         unknown = sorted(set(body) - {"workers", "suspend"})
         if unknown or not body:
-            raise SpecError(unknown[0] if unknown else "body", "PATCH takes workers or suspend")
+            raise SpecError(shown_field(unknown[0]) if unknown else "body",
+                            "PATCH takes workers or suspend")  # fmt: skip
         service = self.service()
         info: ClusterInfo | None = None
         if "suspend" in body:

@@ -25,7 +25,8 @@ from pathlib import Path
 from ..errors import SpecError
 from ..model import ClusterInfo
 
-NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Used with fullmatch: `match` with `$` would also take "KEY\n".
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Set by raylab itself or by Ray for its own processes: a user's value would break them.
 RESERVED = frozenset({"RAYLAB_CLUSTER", "RAY_ADDRESS", "PYTHONPATH"})
 
@@ -36,7 +37,7 @@ def parse_env(items: list[str], environ: dict[str, str] | None = None) -> dict[s
     out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not NAME.match(key):
+        if not NAME.fullmatch(key):
             shown = key if len(key) <= 40 else key[:37] + "..."
             raise SpecError(
                 "env",

@@ -8,6 +8,12 @@ patterns relative to its folder, any match excludes, as Ray applies them), Ray's
 excludes, folders nobody wants on a cluster (virtual environments, node_modules,
 checkpoints), and the user's `--exclude` patterns. The same patterns go to Ray as
 `excludes`, so both walks agree.
+
+A symlink that leads outside the folder is left out and listed (`outside`), never
+followed: Ray's walk would follow it and ship whatever it points to (`~/.ssh/id_rsa`,
+another user's file the link's owner may read) to the cluster or into an exported
+project. Ray gets it as an exclude too. A symlink to something inside the folder ships
+as before.
 """
 
 from __future__ import annotations
@@ -63,6 +69,11 @@ class WorkdirScan:
     # pyvenv.cfg / conda-meta, whatever their name), relative to root.
     environments: tuple[str, ...] = ()
     user_excludes: tuple[str, ...] = ()
+    # Symlinks (relative to root) that lead outside it: left out, never followed.
+    outside: tuple[str, ...] = ()
+    # Symlinked folders that lead back to a folder above them (a loop): left out, for
+    # Ray's walk would follow them until the path is too long.
+    loops: tuple[str, ...] = ()
     # Changes when a file is added, removed, resized or touched: a reconnect re-ships
     # then (Ray itself hashes contents, and uploads only what the cluster lacks).
     stamp: str = ""
@@ -76,17 +87,34 @@ class WorkdirScan:
 
     def ray_excludes(self) -> list[str]:
         """Ray's `excludes`: what this walk left out that Ray's walk would not by itself."""
-        anchored = ["/" + _escape(rel) for rel in self.environments]
+        left_out = (*self.environments, *self.outside, *self.loops)
+        anchored = ["/" + _escape(rel) for rel in left_out]
         return [*ALWAYS_EXCLUDED, *anchored, *self.user_excludes]
+
+    def outside_note(self) -> str | None:
+        """One line naming the symlinks left out, for the verbs' warnings (None: none)."""
+        if not self.outside:
+            return None
+        shown = ", ".join(self.outside[:5]) + (" …" if len(self.outside) > 5 else "")
+        return (
+            f"left out {len(self.outside)} symlink(s) of the working directory that lead "
+            f"outside it: {shown}; copy what they point to into the folder to ship it"
+        )
 
 
 @dataclass
 class _Walk:
     root: Path
     excludes: PathSpec[Any]
+    real_root: Path
     files: list[tuple[str, int]] = field(default_factory=list)
     environments: list[str] = field(default_factory=list)
-    seen_dirs: set[tuple[int, int]] = field(default_factory=set)
+    outside: list[str] = field(default_factory=list)
+    loops: list[str] = field(default_factory=list)
+    # The folders being walked, from the root down: a folder met again among them is a
+    # loop. (Not every folder seen: one reached twice, by its name and by a symlink,
+    # ships twice, as Ray's walk ships it.)
+    ancestors: set[tuple[int, int]] = field(default_factory=set)
     stamp: Any = field(default_factory=hashlib.sha256)
 
 
@@ -120,13 +148,15 @@ def check_patterns(patterns: Iterable[str]) -> tuple[str, ...]:
 def scan(root: Path, user_excludes: Sequence[str] = ()) -> WorkdirScan:
     """Every file Ray would ship from `root`, with the excludes above."""
     spec = PathSpec.from_lines("gitignore", [*ALWAYS_EXCLUDED, *user_excludes])
-    walk = _Walk(root, spec)
+    walk = _Walk(root, spec, root.resolve())
     _visit(walk, root, [])
     return WorkdirScan(
         root,
         tuple(walk.files),
         tuple(walk.environments),
         tuple(user_excludes),
+        tuple(walk.outside),
+        tuple(walk.loops),
         walk.stamp.hexdigest(),
     )
 
@@ -150,9 +180,18 @@ def _visit(walk: _Walk, folder: Path, specs: list[tuple[Path, PathSpec[Any]]]) -
         st = folder.stat()
     except OSError:
         return
-    if (st.st_dev, st.st_ino) in walk.seen_dirs:  # a symlink loop
+    key = (st.st_dev, st.st_ino)
+    if key in walk.ancestors:  # a symlink back up: a loop
+        walk.loops.append(folder.relative_to(walk.root).as_posix())
         return
-    walk.seen_dirs.add((st.st_dev, st.st_ino))
+    walk.ancestors.add(key)
+    try:
+        _visit_entries(walk, folder, specs)
+    finally:
+        walk.ancestors.discard(key)
+
+
+def _visit_entries(walk: _Walk, folder: Path, specs: list[tuple[Path, PathSpec[Any]]]) -> None:
     own = [(folder, s) for s in _ignore_specs(folder)]
     specs = specs + own
     try:
@@ -166,8 +205,11 @@ def _visit(walk: _Walk, folder: Path, specs: list[tuple[Path, PathSpec[Any]]]) -
             s.match_file(path.relative_to(base).as_posix()) for base, s in specs
         ):
             continue
+        if entry.is_symlink() and not leads_inside(path, walk.real_root):
+            walk.outside.append(rel)
+            continue
         try:
-            is_dir = entry.is_dir()  # follows symlinks, as Ray's walk does
+            is_dir = entry.is_dir()  # follows symlinks (inside the folder), as Ray's walk does
         except OSError:
             continue
         if is_dir:
@@ -188,6 +230,12 @@ def _visit(walk: _Walk, folder: Path, specs: list[tuple[Path, PathSpec[Any]]]) -
                 detail="ship the folder your code needs with --working-dir PATH, leave "
                 "big folders out in .rayignore or with --exclude, or use --no-sync",
             )
+
+
+def leads_inside(link: Path, real_root: Path) -> bool:
+    """Whether the symlink `link`, fully resolved (links to links, `..`), stays under
+    `real_root` (itself resolved). A dangling link resolves to where it points."""
+    return Path(os.path.realpath(link)).is_relative_to(real_root)
 
 
 def _ignore_specs(folder: Path) -> list[PathSpec[Any]]:
