@@ -181,7 +181,7 @@ def parse_since(text: str) -> float:
         seconds = parse_duration(text, default_unit="d")
     except ValueError:
         raise SpecError("since", f"{text!r} is not a duration such as 7d or 24h") from None
-    if not 0 < seconds < float("inf"):
+    if seconds <= 0:  # parse_duration already refuses what is not finite
         raise SpecError("since", f"{text} is not a positive duration; use e.g. 7d")
     return seconds
 
