@@ -140,7 +140,10 @@ def test_the_exported_pipeline_runs_its_job_on_kuberay(
             downed = cli(alice, "down", CLUSTER)
         assert downed.returncode == 0, downed.stdout + downed.stderr
         project = tmp_path / f"{NOTEBOOK}_pipeline"
-        assert (project / "tests" / "notebook_result.txt").read_text() == expected + "\n"
+        # Its Out[] shows `%env RUN_MODE=offline`'s value: not copied into the project
+        # (it may as well be a secret); the run below must still produce it.
+        assert not (project / "tests" / "notebook_result.txt").exists()
+        assert "shows a value the notebook wrote" in (project / "EXPORT.md").read_text()
 
         role, secret = documented((project / "EXPORT.md").read_text())
         assert role["metadata"]["namespace"] == namespace  # the cluster's, from the export
