@@ -94,6 +94,15 @@ class ClusterInfo:
     # RayCluster's uid; a local cluster's own), and its idle state.
     uid: str = ""
     idle: IdleState = field(default_factory=IdleState)
+    # The most GPUs its pods may ask for, as the backend reads it from what will really be
+    # scheduled (KubeRay: every pod template at its most replicas), never from a record
+    # the user can edit; None: the spec's own count (the local backend).
+    max_gpus: int | None = None
+
+    @property
+    def quota_gpus(self) -> int:
+        """What the cluster counts against its owner's GPU quota."""
+        return self.spec.most_gpus if self.max_gpus is None else self.max_gpus
 
     @property
     def gpus(self) -> int:

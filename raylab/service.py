@@ -65,7 +65,7 @@ def quota_use(settings: Settings, mine: Iterable[ClusterInfo]) -> QuotaUse:
         max_gpus_per_user=o.max_gpus_per_user,
         max_clusters_per_user=o.max_clusters_per_user,
         max_workers_per_cluster=o.max_workers_per_cluster,
-        gpus_used=sum(c.spec.gpus for c in clusters),
+        gpus_used=sum(c.quota_gpus for c in clusters),
         clusters_used=len(clusters),
     )
 
@@ -160,23 +160,26 @@ class ClusterService:
                 "use --backend kuberay, whose autoscaler keeps between --min-workers and "
                 "--max-workers",
             )
-        if request.get("name") is not None:
-            existing = self.backend.get(spec.name)
-            if existing is not None:
-                if existing.owner != self.user:
-                    raise Conflict(
-                        f"the name {spec.name!r} is taken by another user's cluster",
-                        detail="choose another --name",
-                    )
-                return existing, False
-        self._check_quota(spec)
-        for _ in range(5):
-            try:
-                return self.backend.create(spec, self.user, environment), True
-            except Conflict:
-                if request.get("name") is not None:
-                    raise
-                spec = ClusterSpec(**{**spec.to_json(), "name": generate_name()})
+        # The quota check and the create are one step for this user, whoever else
+        # (another tab, a CLI, a kernel) asks at the same moment.
+        with self.backend.quota_lock(self.user):
+            if request.get("name") is not None:
+                existing = self.backend.get(spec.name)
+                if existing is not None:
+                    if existing.owner != self.user:
+                        raise Conflict(
+                            f"the name {spec.name!r} is taken by another user's cluster",
+                            detail="choose another --name",
+                        )
+                    return existing, False
+            self._check_quota(spec)
+            for _ in range(5):
+                try:
+                    return self.backend.create(spec, self.user, environment), True
+                except Conflict:
+                    if request.get("name") is not None:
+                        raise
+                    spec = ClusterSpec(**{**spec.to_json(), "name": generate_name()})
         raise Conflict("could not find a free cluster name; pass --name")
 
     def delete(self, name: str, *, namespace: str | None = None) -> None:
@@ -195,8 +198,9 @@ class ClusterService:
                 f"{workers} is outside the autoscaling range "
                 f"{spec.min_workers}..{spec.max_workers}",
             )
-        self._check_quota(spec.with_workers(workers), replacing=info)
-        return self.backend.scale(name, workers, namespace=namespace)
+        with self.backend.quota_lock(info.owner, namespace=namespace):
+            self._check_quota(spec.with_workers(workers), replacing=info)
+            return self.backend.scale(name, workers, namespace=namespace)
 
     def set_environment(
         self, name: str, environment: ClusterEnvironment, *, namespace: str | None = None
@@ -302,15 +306,21 @@ class ClusterService:
     # --- rules --------------------------------------------------------------------
 
     def _check_quota(self, spec: ClusterSpec, replacing: ClusterInfo | None = None) -> None:
+        """Call under the owner's quota_lock. An autoscaling cluster counts at its most
+        workers; what the others hold is what the backend reads from the clusters
+        themselves (ClusterInfo.quota_gpus)."""
         o = self.settings.options
-        if spec.workers > o.max_workers_per_cluster:
+        most = spec.most_workers
+        if most > o.max_workers_per_cluster:
+            upto = "up to " if spec.autoscaling else ""
             raise QuotaExceeded(
-                f"{spec.workers} workers requested, the limit is {o.max_workers_per_cluster} "
+                f"{upto}{most} workers requested, the limit is {o.max_workers_per_cluster} "
                 "per cluster",
                 detail="ask your admin to raise max_workers_per_cluster",
-                field="workers",
+                field="max_workers" if spec.autoscaling else "workers",
             )
-        mine = [c for c in self.backend.clusters(owner=self.user) if c.name != spec.name]
+        owner = replacing.owner if replacing else self.user
+        mine = [c for c in self.backend.clusters(owner=owner) if c.name != spec.name]
         use = quota_use(self.settings, mine)
         if replacing is None and use.clusters_left < 1:
             raise QuotaExceeded(
@@ -318,9 +328,13 @@ class ClusterService:
                 detail=f"delete one with {self._verb('down NAME')}",
             )
         used = use.gpus_used
-        if spec.gpus > use.gpus_left:
+        wanted = spec.most_gpus
+        if wanted > use.gpus_left:
+            asked = (
+                f"up to {wanted} GPUs (at --max-workers)" if spec.autoscaling else f"{wanted} GPUs"
+            )
             raise QuotaExceeded(
-                f"{spec.gpus} GPUs requested, quota is {o.max_gpus_per_user} and {used} are in use",
+                f"{asked} requested, quota is {o.max_gpus_per_user} and {used} are in use",
                 detail="delete or scale down a cluster, or ask your admin",
                 field="gpus",
             )

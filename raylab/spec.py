@@ -75,6 +75,16 @@ class ClusterSpec:
     def autoscaling(self) -> bool:
         return self.max_workers is not None
 
+    @property
+    def most_workers(self) -> int:
+        """The workers it may run at once: an autoscaling cluster's maximum, counted in
+        full by the quotas (an autoscaler grows it without asking raylab again)."""
+        return max(self.workers, self.max_workers or 0)
+
+    @property
+    def most_gpus(self) -> int:
+        return self.gpus_per_worker * self.most_workers
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -52,6 +53,15 @@ class Backend(Protocol):
     # Whether it scales between --min-workers and --max-workers by itself (KubeRay's
     # autoscaler); where it does not, such a request is refused rather than ignored.
     autoscales: bool
+
+    def quota_lock(
+        self, owner: str, *, namespace: str | None = None
+    ) -> AbstractContextManager[None]:
+        """Held while the service checks `owner`'s quota and then creates or scales, so
+        that the check and the change are one step for every process that may write
+        `owner`'s clusters at once (the server's requests, CLIs, kernels). Raises
+        BackendUnavailable when it cannot be had in time."""
+        ...
 
     def create(
         self, spec: ClusterSpec, owner: str, environment: ClusterEnvironment | None = None

@@ -6,7 +6,10 @@ rules alone, which every door (magic, CLI, REST) applies the same way.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -34,12 +37,23 @@ class FakeInMemoryBackend:
     def __init__(self) -> None:
         self.store: dict[str, ClusterInfo] = {}
         self.created: list[str] = []
+        self.create_seconds = 0.0  # how long a create takes (a race needs a window)
+        self._quota_locks: dict[str, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def quota_lock(self, owner: str, *, namespace: str | None = None) -> Iterator[None]:
+        with self._locks_lock:
+            lock = self._quota_locks.setdefault(owner, threading.Lock())
+        with lock:
+            yield
 
     def create(
         self, spec: ClusterSpec, owner: str, environment: ClusterEnvironment | None = None
     ) -> ClusterInfo:
         if spec.name in self.store:
             raise Conflict(f"{spec.name!r} exists")
+        time.sleep(self.create_seconds)
         info = ClusterInfo(spec.name, owner, self.name, Phase.READY, spec, head_ready=True,
                            workers_ready=spec.workers, workers_desired=spec.workers,
                            environment=environment)  # fmt: skip
@@ -152,6 +166,67 @@ def test_workers_per_cluster_and_scaling_within_the_quota(backend: FakeInMemoryB
     with pytest.raises(SpecError):
         alice.scale("w", 0)  # a GPU cluster needs a worker
     assert backend.store["w"].workers_desired == 2
+
+
+def test_concurrent_creates_cannot_pass_the_quota_together(backend: FakeInMemoryBackend) -> None:
+    """Eight requests at once (tabs, CLIs, kernels) against a quota of 2 clusters."""
+    backend.create_seconds = 0.05  # each check would see none of the others' clusters
+    start = threading.Barrier(8)
+    outcomes: list[str] = []
+
+    def up(i: int) -> None:
+        start.wait()
+        try:
+            service(backend).create({"name": f"c{i}", "workers": 1})
+            outcomes.append("created")
+        except QuotaExceeded as err:
+            outcomes.append(err.message)
+
+    threads = [threading.Thread(target=up, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert outcomes.count("created") == 2
+    assert outcomes.count("you have 2 clusters, the limit is 2") == 6
+    assert len(backend.created) == 2
+
+
+def test_autoscaling_counts_at_its_most_workers(backend: FakeInMemoryBackend) -> None:
+    backend.autoscales = True
+    alice = service(backend)
+    scaling = {"gpus": 1, "gpu_type": "a100", "workers": 1, "min_workers": 0}
+    with pytest.raises(QuotaExceeded) as err:
+        alice.create({"name": "big", **scaling, "max_workers": 5})
+    assert err.value.message == "up to 5 workers requested, the limit is 3 per cluster"
+    assert err.value.field == "max_workers"
+    alice.create({"name": "a", **scaling, "max_workers": 3})  # 1 GPU now, up to 3
+    with pytest.raises(QuotaExceeded) as err:
+        alice.create({"name": "b", "gpus": 2, "gpu_type": "a100", "workers": 1})
+    assert err.value.message == "2 GPUs requested, quota is 4 and 3 are in use"
+    with pytest.raises(QuotaExceeded) as err:
+        alice.create({"name": "b", **scaling, "max_workers": 2})
+    assert err.value.message == (
+        "up to 2 GPUs (at --max-workers) requested, quota is 4 and 3 are in use"
+    )
+    # Scaled to zero by its autoscaler, it still holds its most: nothing more fits.
+    backend.store["a"] = dataclasses.replace(backend.store["a"], workers_desired=0)
+    with pytest.raises(QuotaExceeded):
+        alice.create({"name": "b", "gpus": 2, "gpu_type": "a100", "workers": 1})
+    assert backend.created == ["a"]
+
+
+def test_what_a_cluster_holds_comes_from_the_backend_not_its_record(
+    backend: FakeInMemoryBackend,
+) -> None:
+    """A backend that reads what will be scheduled (KubeRay's pod templates) has the last
+    word over the spec the cluster carries, which its owner could edit."""
+    alice = service(backend)
+    alice.create({"name": "edited", "workers": 1})  # a CPU cluster, as recorded
+    backend.store["edited"] = dataclasses.replace(backend.store["edited"], max_gpus=4)
+    with pytest.raises(QuotaExceeded) as err:
+        alice.create({"name": "more", "gpus": 1, "gpu_type": "a100", "workers": 1})
+    assert err.value.message == "1 GPUs requested, quota is 4 and 4 are in use"
 
 
 def test_names_others_clusters_are_not_found_and_an_admin_sees_them(

@@ -9,6 +9,7 @@ by `import raylab`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import threading
@@ -103,6 +104,12 @@ class KubeRayBackend:
             self.scopes = [self.namespace, *others]
 
     # --- Backend interface --------------------------------------------------------
+
+    def quota_lock(
+        self, owner: str, *, namespace: str | None = None
+    ) -> contextlib.AbstractContextManager[None]:
+        # Not yet one step across processes on KubeRay (a Lease per user is next).
+        return contextlib.nullcontext()
 
     def create(
         self, spec: ClusterSpec, owner: str, environment: ClusterEnvironment | None = None

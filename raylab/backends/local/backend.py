@@ -10,6 +10,7 @@ process (kernel, CLI, server) sees the same clusters and their live status.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from ... import auth
 from ...errors import BackendUnavailable, Conflict, NotFound, SpecError
@@ -47,6 +48,7 @@ AGENT_PORTS = (
     "runtime-env-agent-port",
 )
 CLUSTER_ENV = "RAYLAB_CLUSTER"
+QUOTA_LOCK_TIMEOUT_S = 120.0  # a create starts every node under it: seconds, not minutes
 START_TRIES = 3  # attempts per node before it is reported dead (see local_node.py)
 _IP_LINE = re.compile(r"Local node IP: (\S+)")
 _SESSION = re.compile(r"(/\S+/session_[^/\s]+)")
@@ -141,6 +143,22 @@ class LocalBackend:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         with FileLock(self.state_dir / ".lock"):
             yield
+
+    @contextlib.contextmanager
+    def quota_lock(self, owner: str, *, namespace: str | None = None) -> Iterator[None]:
+        """One quota check and create (or scale) at a time per owner, across processes.
+        Its own file: a create holds it while it takes the folder's lock inside."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        key = hashlib.sha256(owner.encode()).hexdigest()[:16]
+        try:
+            with FileLock(self.state_dir / f".quota-{key}.lock", timeout=QUOTA_LOCK_TIMEOUT_S):
+                yield
+        except Timeout:
+            raise BackendUnavailable(
+                f"another request of {owner}'s held the quota check for over "
+                f"{QUOTA_LOCK_TIMEOUT_S:.0f} s",
+                detail="try again in a moment",
+            ) from None
 
     def _dir(self, name: str) -> Path:
         return self.state_dir / name
