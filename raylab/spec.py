@@ -52,6 +52,21 @@ FIELDS = (
 )
 
 
+_STORED_TYPES: dict[str, tuple[type, ...]] = {
+    "name": (str,),
+    "gpus": (int,),
+    "gpu_type": (str,),
+    "workers": (int,),
+    "cpus": (str,),
+    "memory": (str,),
+    "image": (str, type(None)),
+    "min_workers": (int, type(None)),
+    "max_workers": (int, type(None)),
+    "idle_timeout_minutes": (int, type(None)),
+    "idle_suspend_minutes": (int, float, type(None)),
+}
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     name: str
@@ -87,6 +102,19 @@ class ClusterSpec:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: object) -> ClusterSpec:
+        """A spec raylab stored earlier, read back: a file or annotation can have been
+        damaged or edited, so each field's type is checked (TypeError names it)."""
+        if not isinstance(data, dict):
+            raise TypeError("the spec is not an object")
+        spec = cls(**data)
+        for key, value in asdict(spec).items():
+            kinds = _STORED_TYPES[key]
+            if isinstance(value, bool) or not isinstance(value, kinds):
+                raise TypeError(f"spec field {key!r} is {type(value).__name__}")
+        return spec
 
     def with_workers(self, workers: int) -> ClusterSpec:
         """The same cluster with another worker count; GPUs per worker stay the same."""

@@ -12,12 +12,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
 import secrets
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,8 +36,10 @@ from ..base import ClusterEvent
 from .memory import object_store_bytes
 from .node import READY_TEXT, RESTART_MARK, node_ref
 from .ports import PortPicker
-from .processes import NodeProcess, alive, log_started, spawn, stop_sessions
+from .processes import CLUSTER_ENV, NodeProcess, alive, log_started, spawn, stop_sessions
+from .tempdir import is_inside, private_temp_root
 
+log = logging.getLogger(__name__)
 STATE_FILE = "cluster.json"
 # Every port a node's agents would otherwise choose themselves (see local_ports.py), as
 # `ray start` names them.
@@ -47,7 +49,6 @@ AGENT_PORTS = (
     "metrics-export-port",
     "runtime-env-agent-port",
 )
-CLUSTER_ENV = "RAYLAB_CLUSTER"
 QUOTA_LOCK_TIMEOUT_S = 120.0  # a create starts every node under it: seconds, not minutes
 START_TRIES = 3  # attempts per node before it is reported dead (see local_node.py)
 _IP_LINE = re.compile(r"Local node IP: (\S+)")
@@ -102,8 +103,9 @@ class _State:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> _State:
-        return cls(
-            spec=ClusterSpec(**data["spec"]),
+        """Raises ValueError, TypeError or KeyError on a damaged file."""
+        state = cls(
+            spec=ClusterSpec.from_json(data["spec"]),
             owner=data["owner"],
             created=data["created"],
             ray_version=data["ray_version"],
@@ -118,6 +120,15 @@ class _State:
             uid=data.get("uid") or f"local-{data['spec']['name']}-{data['created']:.0f}",
             idle=IdleState.from_json(data.get("idle")),
         )
+        typed = (
+            isinstance(state.owner, str)
+            and isinstance(state.created, int | float)
+            and all(isinstance(v, int) for v in state.ports.values())
+            and all(n.well_typed() for n in state.nodes)
+        )
+        if not typed:
+            raise TypeError("owner, created, ports or nodes have the wrong types")
+        return state
 
 
 class LocalBackend:
@@ -164,11 +175,34 @@ class LocalBackend:
         return self.state_dir / name
 
     def _read(self, name: str) -> _State | None:
+        """The cluster's state; None when there is none, or when its file cannot be
+        trusted (logged once, naming the file): unreadable, malformed, or written by
+        another OS user, whose pids and paths raylab must never act on. One bad file
+        never breaks another cluster's operations."""
+        path = self._dir(name) / STATE_FILE
         try:
-            data = json.loads((self._dir(name) / STATE_FILE).read_text())
-        except (OSError, ValueError):
+            with open(path, "rb") as fh:
+                owner_uid = os.fstat(fh.fileno()).st_uid
+                raw = fh.read(_MAX_STATE_BYTES + 1)
+        except FileNotFoundError:
             return None
-        return _State.from_json(data)
+        except OSError as exc:
+            _skip(path, f"cannot be read ({exc.strerror})")
+            return None
+        if owner_uid != os.getuid():
+            _skip(path, f"belongs to uid {owner_uid}, not to this user ({os.getuid()})")
+            return None
+        if len(raw) > _MAX_STATE_BYTES:
+            _skip(path, f"is over {_MAX_STATE_BYTES // 1024} KiB")
+            return None
+        try:
+            state = _State.from_json(json.loads(raw))
+            if state.spec.name != name:
+                raise ValueError(f"it names cluster {state.spec.name!r}")
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+            _skip(path, f"is not a raylab cluster state ({type(exc).__name__}: {exc})")
+            return None
+        return state
 
     def _write(self, name: str, state: _State) -> None:
         path = self._dir(name) / STATE_FILE
@@ -201,9 +235,15 @@ class LocalBackend:
         from importlib.metadata import version
 
         with self._lock():
-            if self._read(spec.name) is not None:
-                raise Conflict(f"a cluster named {spec.name!r} already exists")
             folder = self._dir(spec.name)
+            if (folder / STATE_FILE).exists():
+                if self._read(spec.name) is not None:
+                    raise Conflict(f"a cluster named {spec.name!r} already exists")
+                raise Conflict(
+                    f"the name {spec.name!r} is held by a state file raylab cannot use",
+                    detail=f"choose another --name, or remove {folder} (the log names "
+                    "what is wrong with it)",
+                )
             shutil.rmtree(folder, ignore_errors=True)  # leftovers of a failed create
             folder.mkdir(parents=True)
             state = _State(
@@ -240,7 +280,7 @@ class LocalBackend:
             state.deleting = True
             self._write(name, state)
         # Stopping takes seconds: readers see Deleting meanwhile, not a lock.
-        stop_sessions(state.nodes)
+        stop_sessions(state.nodes, name)
         with self._lock():
             shutil.rmtree(self._dir(name), ignore_errors=True)
 
@@ -254,7 +294,7 @@ class LocalBackend:
                 return self._info(name, state)
             if workers < len(current):
                 removed = current[workers:]
-                stop_sessions(removed)
+                stop_sessions(removed, name)
                 state.nodes = [n for n in state.nodes if n not in removed]
             else:
                 self._start_workers(name, state, range(len(current) + 1, workers + 1))
@@ -313,7 +353,7 @@ class LocalBackend:
             return True
 
     def _suspend(self, name: str, state: _State) -> None:
-        stop_sessions(state.nodes)
+        stop_sessions(state.nodes, name)
         state.nodes = []
         state.suspended = True
         self._write(name, state)
@@ -325,7 +365,7 @@ class LocalBackend:
     def logs(self, name: str, tail: int = 200, *, namespace: str | None = None) -> str:
         state = self._require(name)
         head = next((n for n in state.nodes if n.role == "head"), None)
-        if head is None:
+        if head is None or not is_inside(head.log, self._dir(name)):
             return f"{name} has no running head (phase {self._info(name, state).phase})."
         text = _tail(Path(head.log), tail)
         session = _SESSION.search(_read_head(Path(head.log)))
@@ -462,7 +502,7 @@ class LocalBackend:
         # a free name in the session's folder, which races when two nodes of one host
         # start at once ("bind: Address already in use"). A short path keeps the socket
         # paths under the 107-byte limit of Unix sockets.
-        temp_dir = Path(tempfile.gettempdir()) / f"raylab-{os.getuid()}" / secrets.token_hex(4)
+        temp_dir = private_temp_root() / secrets.token_hex(4)
         common.append(f"--temp-dir={temp_dir}")
         return spawn(
             [*supervisor, self.ray, "start", *args, *common],
@@ -533,6 +573,17 @@ class LocalBackend:
         if ready < state.spec.workers:
             return Phase.STARTING, "waiting for workers", ready, True
         return Phase.READY, "", ready, True
+
+
+_MAX_STATE_BYTES = 1024 * 1024  # a real one is a few KiB
+_skipped: set[tuple[str, str]] = set()
+
+
+def _skip(path: Path, why: str) -> None:
+    """Warn once per file and reason: a watch reads every file twice a second."""
+    if (str(path), why) not in _skipped:
+        _skipped.add((str(path), why))
+        log.warning("raylab: skipping %s: it %s", path, why)
 
 
 def _ref(node: NodeProcess) -> str:

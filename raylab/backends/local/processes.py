@@ -18,6 +18,11 @@ import psutil
 
 from ...auth import AUTH_ENV
 from ..base import CLIENT_SERVER_ENV
+from .tempdir import is_inside, private_temp_root
+
+# Every process of a node carries its cluster's name here (set at spawn, inherited by
+# Ray's own processes): a process without it is never signalled for that cluster.
+CLUSTER_ENV = "RAYLAB_CLUSTER"
 
 # Ray's variables a kernel may carry that must not leak into a new cluster's processes
 # (among them the token of the cluster the kernel is connected to).
@@ -58,6 +63,17 @@ class NodeProcess:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> NodeProcess:
         return cls(**data)
+
+    def well_typed(self) -> bool:
+        return (
+            isinstance(self.role, str)
+            and isinstance(self.index, int)
+            and isinstance(self.pid, int)
+            and isinstance(self.create_time, int | float)
+            and isinstance(self.log, str)
+            and isinstance(self.temp_dir, str)
+            and isinstance(self.ports, dict)
+        )
 
 
 def spawn(
@@ -130,42 +146,71 @@ def session_members(sids: set[int]) -> list[psutil.Process]:
     return members
 
 
-def stop_sessions(nodes: Iterable[NodeProcess], grace: float = 15.0) -> None:
+def belongs(proc: psutil.Process, cluster: str) -> bool:
+    """Whether `proc` is one of `cluster`'s Ray processes that this user started: its
+    own user's, carrying the cluster's name. A pid read from a state file is only a
+    claim (the file may be old, or edited): it is believed when the process agrees."""
+    try:
+        return proc.uids().real == os.getuid() and proc.environ().get(CLUSTER_ENV) == cluster
+    except psutil.Error:
+        return False
+
+
+def stop_sessions(nodes: Iterable[NodeProcess], cluster: str, grace: float = 15.0) -> None:
     """End every process the nodes started (SIGTERM, then SIGKILL whatever is left), and
-    remove their Ray temp dirs."""
+    remove their Ray temp dirs. Only `cluster`'s own processes are signalled, and only
+    temp dirs inside this user's private temp root are removed."""
     nodes = list(nodes)
-    _end_sessions(nodes, grace)
+    _end_sessions(nodes, cluster, grace)
+    root = private_temp_root()
     for node in nodes:
-        if node.temp_dir:
+        if node.temp_dir and is_inside(node.temp_dir, root):
             shutil.rmtree(node.temp_dir, ignore_errors=True)
 
 
-def _end_sessions(nodes: list[NodeProcess], grace: float) -> None:
-    sids = {n.pid for n in nodes if n.create_time and (alive(n) or _session_exists(n.pid))}
-    if not sids:
+def _end_sessions(nodes: list[NodeProcess], cluster: str, grace: float) -> None:
+    sids = {n.pid for n in nodes if n.create_time}
+    ours = [p for p in session_members(sids) if belongs(p, cluster)]
+    if not ours:
         return
-    for sid in sids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(sid, signal.SIGTERM)  # `ray start --block` then stops its children
-    if _wait_gone(sids, 5.0):
+    sids = {sid for p in ours if (sid := _sid(p)) is not None}
+    for node in nodes:
+        leader = _process(node)
+        if node.pid in sids and leader is not None and belongs(leader, cluster):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(node.pid, signal.SIGTERM)  # `ray start --block` stops its children
+    if _wait_gone(sids, cluster, 5.0):
         return
     # Anything that left the process group (but not the session) gets its own signal.
     for escalate, wait in ((psutil.Process.terminate, grace), (psutil.Process.kill, 5.0)):
         for proc in session_members(sids):
-            with contextlib.suppress(psutil.Error):
-                escalate(proc)
-        if _wait_gone(sids, wait):
+            if belongs(proc, cluster):
+                with contextlib.suppress(psutil.Error):
+                    escalate(proc)
+        if _wait_gone(sids, cluster, wait):
             return
 
 
-def _session_exists(sid: int) -> bool:
-    return bool(session_members({sid}))
+def _sid(proc: psutil.Process) -> int | None:
+    try:
+        return os.getsid(proc.pid)
+    except OSError:
+        return None
 
 
-def _wait_gone(sids: set[int], timeout: float) -> bool:
+def _process(node: NodeProcess) -> psutil.Process | None:
+    """The node's own process, if it still runs (not a later one with its pid)."""
+    try:
+        proc = psutil.Process(node.pid)
+        return proc if abs(proc.create_time() - node.create_time) <= 0.5 else None
+    except psutil.Error:
+        return None
+
+
+def _wait_gone(sids: set[int], cluster: str, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        live = [p for p in session_members(sids) if _not_zombie(p)]
+        live = [p for p in session_members(sids) if belongs(p, cluster) and _not_zombie(p)]
         if not live:
             return True
         time.sleep(0.1)
