@@ -408,11 +408,14 @@ class Commands:
     ) -> None:
         from ..connect import connect
 
+        runtime_env = prepared.runtime_env
+        if info.backend == "local":  # its workers can read the owner's files
+            runtime_env = self.environments().values.for_local_workers(info, runtime_env)
         connect(
             info,
             address=service.backend.client_address(info),
             token=service.auth_token(info.name),
-            runtime_env=prepared.runtime_env,
+            runtime_env=runtime_env,
             environment=prepared.fingerprint,
             dashboard=service.backend.dashboard_address(info),
         )

@@ -17,18 +17,21 @@ recreated under an old name never inherits the old one's values.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from ..errors import SpecError
 from ..model import ClusterInfo
+from .worker_values import FILE_ENV, HOOK, SETUP_HOOK_ENV
 
 # Used with fullmatch: `match` with `$` would also take "KEY\n".
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Set by raylab itself or by Ray for its own processes: a user's value would break them.
-RESERVED = frozenset({"RAYLAB_CLUSTER", "RAY_ADDRESS", "PYTHONPATH"})
+RESERVED = frozenset({"RAYLAB_CLUSTER", "RAY_ADDRESS", "PYTHONPATH", FILE_ENV, SETUP_HOOK_ENV})
 
 
 def parse_env(items: list[str], environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -84,6 +87,26 @@ class EnvValues:
         if not values:
             self.delete(info)
             return
+        self._write_private(path, values)
+
+    def for_local_workers(self, info: ClusterInfo, runtime_env: dict[str, Any]) -> dict[str, Any]:
+        """`runtime_env` with its env-var values swapped for a 0600 file that the
+        workers read as they start (worker_values.py): Ray then logs a path, never a
+        value. For clusters whose workers run on this machine as this user."""
+        values = runtime_env.get("env_vars")
+        if not values:
+            return runtime_env
+        digest = hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:16]
+        # One file per set of values: another kernel's connect with other values does
+        # not change what this connection's workers read.
+        path = self.path(info).with_suffix(f".workers-{digest}.json")
+        self._write_private(path, values)
+        # The hook is named by the variable Ray's workers read it from
+        # (ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR), not by runtime_env's
+        # `worker_process_setup_hook`: through Ray Client that field never reaches them.
+        return {**runtime_env, "env_vars": {FILE_ENV: str(path), SETUP_HOOK_ENV: HOOK}}
+
+    def _write_private(self, path: Path, values: dict[str, str]) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)
         tmp = path.with_suffix(".tmp")
@@ -96,5 +119,7 @@ class EnvValues:
         tmp.replace(path)
 
     def delete(self, info: ClusterInfo) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self.path(info).unlink()
+        path = self.path(info)
+        for each in (path, *path.parent.glob(f"{path.stem}.workers-*.json")):
+            with contextlib.suppress(FileNotFoundError):
+                each.unlink()

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
@@ -259,6 +260,19 @@ def test_env_vars_reach_workers_and_values_show_nowhere(
     values = EnvValues.default().path(info)
     assert stat.S_IMODE(values.stat().st_mode) == 0o600
     assert stat.S_IMODE(values.parent.stat().st_mode) == 0o700
+    # Nor in what Ray keeps or shows: its logs (the runtime-env agent's, the Ray Client
+    # server's) and any process's command line; the workers read it from a 0600 file.
+    for handoff in values.parent.glob(f"{values.stem}.workers-*.json"):
+        assert stat.S_IMODE(handoff.stat().st_mode) == 0o600
+    nodes = json.loads((state_dir / NAME / "cluster.json").read_text())["nodes"]
+    logs = [f for n in nodes for f in Path(n["temp_dir"]).rglob("*.log") if f.is_file()]
+    logs += [f for n in nodes for f in Path(n["temp_dir"]).rglob("*.err") if f.is_file()]
+    assert any("runtime_env_agent" in f.name for f in logs), logs
+    assert [f for f in logs if SECRET.encode() in f.read_bytes()] == []
+    cmdlines = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdlines.append(" ".join(proc.info["cmdline"] or ()))
+    assert [c for c in cmdlines if SECRET in c] == []
 
 
 # --- keeping in step ----------------------------------------------------------------------
@@ -472,7 +486,9 @@ def test_down_forgets_the_values(shell: InteractiveShell, up: tuple[str, str]) -
     info = service().get(NAME)
     values = EnvValues.default().path(info)
     assert values.is_file()
+    assert list(values.parent.glob(f"{values.stem}.workers-*.json"))
     out, _ = run(shell, f"down {NAME}")
     assert out.strip() == f"Deleted {NAME}."
     assert not values.exists()
+    assert not list(values.parent.glob(f"{values.stem}.workers-*.json"))
     assert not os.path.exists(values)
