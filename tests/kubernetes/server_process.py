@@ -16,12 +16,16 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from .kuberay_support import RAY, ROOT, grant, new_namespace, user_kubeconfig
+
+# Quotas out of the way: benchmarks seed hundreds of 2-GPU clusters for alice.
+NO_QUOTAS = ("--Raylab.max_clusters_per_user=100000", "--Raylab.max_gpus_per_user=1000000")
 
 
 def _free_port() -> int:
@@ -33,7 +37,8 @@ def _free_port() -> int:
 class Server:
     """`jupyter server` with raylab on the KubeRay backend, as alice, in a temp home."""
 
-    def __init__(self, kubeconfig: Path, work: Path) -> None:
+    def __init__(self, kubeconfig: Path, work: Path, options: Sequence[str] = NO_QUOTAS) -> None:
+        """`options`: raylab's settings on the command line (`--Raylab.x=y`)."""
         self.port = _free_port()
         self.token = secrets.token_hex(16)
         self.base = f"http://127.0.0.1:{self.port}/"
@@ -49,12 +54,10 @@ class Server:
             PYTHONPATH=os.pathsep.join([str(ROOT), *sys.path]),
         )
         self.log = open(self.log_path, "w")  # noqa: SIM115 (closed in stop)
-        # Quotas out of the way: benchmarks seed hundreds of 2-GPU clusters for alice.
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jupyter_server", f"--port={self.port}",
              "--ip=127.0.0.1", f"--IdentityProvider.token={self.token}", "--no-browser",
-             "--allow-root", "--Raylab.max_clusters_per_user=100000",
-             "--Raylab.max_gpus_per_user=1000000",
+             "--allow-root", *options,
              "--ServerApp.identity_provider_class=tests.kubernetes.hub_user.HubUser",
              "--ServerApp.jpserver_extensions={'raylab': True}"],
             env=env, stdout=self.log, stderr=subprocess.STDOUT,
@@ -80,6 +83,18 @@ class Server:
         with urllib.request.urlopen(req, timeout=60) as resp:
             return json.load(resp)
 
+    def post(self, path: str, body: Any) -> tuple[int, Any]:
+        """(HTTP status, JSON body), errors included."""
+        req = urllib.request.Request(
+            self.base + path, data=json.dumps(body).encode(), method="POST",
+            headers={**self.headers, "Content-Type": "application/json"},
+        )  # fmt: skip
+        try:
+            with urllib.request.urlopen(req, timeout=120) as resp:
+                return resp.status, json.load(resp)
+        except urllib.error.HTTPError as error:
+            return error.code, json.load(error)
+
     def log_tail(self, lines: int = 40) -> str:
         text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
         return "\n".join(text.splitlines()[-lines:])
@@ -95,12 +110,14 @@ class Server:
 
 
 @contextlib.contextmanager
-def raylab_server(plane: Any, work: Path, prefix: str = "bench") -> Iterator[tuple[Server, str]]:
+def raylab_server(
+    plane: Any, work: Path, prefix: str = "bench", options: Sequence[str] = NO_QUOTAS
+) -> Iterator[tuple[Server, str]]:
     """A fresh namespace with the documented Role for alice, and her server on it."""
     with plane.api_client("admin") as admin, new_namespace(admin, prefix) as namespace:
         grant(admin, namespace, "alice")
         kubeconfig = user_kubeconfig(plane.kubeconfig("alice"), namespace, work / "kc")
-        server = Server(kubeconfig, work)
+        server = Server(kubeconfig, work, options)
         try:
             yield server, namespace
         finally:

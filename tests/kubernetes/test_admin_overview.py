@@ -92,6 +92,8 @@ def test_an_admin_watch_sees_every_namespace_and_tells_same_names_apart(
         service = ClusterService(admin, SETTINGS, "root", admin=True)
         with pytest.raises(NotFound, match="no cluster named 'exp'"):
             service.get("exp")
+        # Scaling takes bob's quota Lease in his namespace (the ClusterRole allows it).
+        assert service.scale("exp", 1, namespace=b).workers_desired == 1
         assert service.set_suspended("exp", True, namespace=b).spec.name == "exp"
         wait_until(
             "the admin sees bob's exp suspended",

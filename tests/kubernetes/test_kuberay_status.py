@@ -7,11 +7,13 @@ the fake nodes can reach is covered against the real operator in test_kuberay_ba
 
 from __future__ import annotations
 
+import copy
+import json
 import time
 from datetime import datetime
 from typing import Any
 
-from raylab.backends.kuberay.manifest import raycluster_manifest
+from raylab.backends.kuberay.manifest import SPEC_ANNOTATION, raycluster_manifest
 from raylab.backends.kuberay.status import (
     OPERATOR_GRACE_S,
     cluster_info,
@@ -195,3 +197,46 @@ def test_once_the_operator_has_written_a_status_its_silence_is_not_suspected() -
     gone = raycluster()
     gone["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"
     assert operator_deadline(gone) is None
+
+
+def test_workers_and_gpus_come_from_the_templates_not_the_annotation() -> None:
+    obj = raycluster(workers=2)  # 2 workers of 2 GPUs
+    obj["metadata"]["annotations"][SPEC_ANNOTATION] = json.dumps(
+        {**json.loads(obj["metadata"]["annotations"][SPEC_ANNOTATION]), "gpus": 0, "workers": 9}
+    )
+    info = cluster_info(obj)
+    assert (info.spec.workers, info.spec.gpus, info.gpus, info.max_gpus) == (2, 4, 4, 4)
+    assert info.spec.gpu_type == "a100"  # the rest still from the annotation
+
+
+def test_every_group_and_the_head_count_at_their_most() -> None:
+    obj = raycluster(workers=1)  # one group: 1 replica of 2 GPUs (limits = requests)
+    groups = obj["spec"]["workerGroupSpecs"]
+    # A second group, added by hand: requests only in one container, a larger limit in
+    # another, 2 hosts per replica, autoscaling up to 3 replicas.
+    extra = copy.deepcopy(groups[0])
+    containers = extra["template"]["spec"]["containers"]
+    containers[0]["resources"] = {"requests": {"nvidia.com/gpu": "1"}}
+    containers.append(
+        {
+            "name": "side",
+            "resources": {"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": "2"}},
+        }
+    )
+    extra.update(groupName="more", replicas=1, minReplicas=0, maxReplicas=3, numOfHosts=2)
+    groups.append(extra)
+    obj["spec"]["headGroupSpec"]["template"]["spec"]["initContainers"] = [
+        {"name": "warm", "resources": {"limits": {"amd.com/gpu": "1"}}}
+    ]
+    # Without autoscaling, each group runs its replicas (clamped by KubeRay to min..max).
+    info = cluster_info(obj)
+    assert (info.spec.workers, info.spec.gpus) == (1 + 2, 2 + 2 * 3)
+    assert info.max_gpus == 1 + 2 + 2 * 3  # head (its init container) + the groups
+    # With the autoscaler, each group may grow to maxReplicas: at zero replicas too.
+    obj["spec"]["enableInTreeAutoscaling"] = True
+    for group in groups:
+        group["replicas"] = 0
+    info = cluster_info(obj)
+    assert (info.spec.workers, info.spec.gpus, info.gpus) == (0, 0, 0)
+    assert (info.spec.min_workers, info.spec.max_workers) == (1, 1 + 3 * 2)
+    assert info.max_gpus == info.quota_gpus == 1 + 2 * 1 + 3 * 2 * 3

@@ -9,7 +9,6 @@ by `import raylab`.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import queue
 import threading
@@ -44,6 +43,7 @@ from .manifest import (
     versions_from_image,
 )
 from .portforward import Relay
+from .quota_lock import QuotaLease
 from .security import AUTH_ANNOTATION, ClusterSecurity
 from .status import (
     cluster_info,
@@ -71,6 +71,9 @@ class KubeRayBackend:
     name = "kuberay"
     restarts_nodes = True
     autoscales = True
+    # The quota Lease: how long a dead holder keeps it, how long a request waits for it.
+    quota_lease_s = 15
+    quota_wait_s = 60.0
 
     def __init__(
         self,
@@ -105,11 +108,10 @@ class KubeRayBackend:
 
     # --- Backend interface --------------------------------------------------------
 
-    def quota_lock(
-        self, owner: str, *, namespace: str | None = None
-    ) -> contextlib.AbstractContextManager[None]:
-        # Not yet one step across processes on KubeRay (a Lease per user is next).
-        return contextlib.nullcontext()
+    def quota_lock(self, owner: str, *, namespace: str | None = None) -> QuotaLease:
+        """A Lease per owner in the clusters' namespace (quota_lock.py)."""
+        return QuotaLease(self.api, namespace or self.namespace, owner, self.server,
+                          duration_s=self.quota_lease_s, wait_s=self.quota_wait_s)  # fmt: skip
 
     def create(
         self, spec: ClusterSpec, owner: str, environment: ClusterEnvironment | None = None

@@ -42,7 +42,8 @@ class Call:
     def group(self) -> str:
         if self.resource.startswith("rayclusters"):
             return "ray.io"
-        return "networking.k8s.io" if self.resource == "networkpolicies" else ""
+        groups = {"networkpolicies": "networking.k8s.io", "leases": "coordination.k8s.io"}
+        return groups.get(self.resource, "")
 
 
 class Refused(RaylabError):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +32,7 @@ from .manifest import (
     WORKER_GROUP,
     idle_from_annotation,
 )
+from .resources import most_gpus, worker_groups
 
 BACKEND = "kuberay"
 # Warning events the operator writes when it refuses a RayCluster (and then writes no
@@ -115,6 +116,7 @@ def cluster_info(
         environment=ClusterEnvironment.from_annotation(annotations.get(ENVIRONMENT_ANNOTATION)),
         uid=str(meta.get("uid") or ""),
         idle=idle_from_annotation(annotations.get(IDLE_ANNOTATION)),
+        max_gpus=most_gpus(obj),
     )
 
 
@@ -205,8 +207,7 @@ def operator_deadline(obj: Mapping[str, Any]) -> float | None:
 
 def worker_replicas(obj: Mapping[str, Any]) -> int:
     """Desired workers as the object asks now (after scale, before the operator acts)."""
-    groups = (obj.get("spec") or {}).get("workerGroupSpecs") or []
-    return sum(int(g.get("replicas") or 0) * int(g.get("numOfHosts") or 1) for g in groups)
+    return sum(g.pods for g in worker_groups(obj))
 
 
 def worker_group_index(obj: Mapping[str, Any]) -> int | None:
@@ -218,33 +219,38 @@ def worker_group_index(obj: Mapping[str, Any]) -> int | None:
 
 
 def spec_of(obj: Mapping[str, Any]) -> ClusterSpec:
-    """The ClusterSpec raylab wrote; rebuilt from the object itself if that is missing.
-
-    The replica count follows the object, so a `kubectl scale` or the autoscaler shows.
-    """
+    """The ClusterSpec of a RayCluster: its workers, GPUs and autoscaling range as the
+    object itself asks (resources.py), so that a `kubectl scale`, the autoscaler or an
+    edited annotation shows as what will run; the rest (GPU type, image, idle limits)
+    from the annotation raylab wrote, else read off the object."""
     meta = obj.get("metadata") or {}
     annotations = meta.get("annotations") or {}
-    workers = worker_replicas(obj)
+    groups = worker_groups(obj)
+    autoscaling = bool((obj.get("spec") or {}).get("enableInTreeAutoscaling"))
+    counts: dict[str, Any] = {
+        "workers": sum(g.pods for g in groups),
+        "gpus": sum(g.gpus * g.pods for g in groups),
+        "min_workers": sum(g.least for g in groups) if autoscaling else None,
+        "max_workers": sum(g.most for g in groups) if autoscaling else None,
+    }
     try:
-        data = json.loads(annotations[SPEC_ANNOTATION])
-        spec = ClusterSpec(**data)
+        spec = ClusterSpec(**json.loads(annotations[SPEC_ANNOTATION]))
     except (KeyError, TypeError, ValueError):
-        return _spec_from_object(obj, workers)
-    return spec if spec.workers == workers else spec.with_workers(workers)
+        spec = _spec_from_object(obj)
+    return replace(spec, name=str(meta.get("name") or spec.name), **counts)
 
 
-def _spec_from_object(obj: Mapping[str, Any], workers: int) -> ClusterSpec:
+def _spec_from_object(obj: Mapping[str, Any]) -> ClusterSpec:
+    """What the annotation would say, for a RayCluster without a readable one."""
     meta = obj.get("metadata") or {}
     groups = (obj.get("spec") or {}).get("workerGroupSpecs") or [{}]
-    group = groups[0]
-    containers = ((group.get("template") or {}).get("spec") or {}).get("containers") or [{}]
+    containers = ((groups[0].get("template") or {}).get("spec") or {}).get("containers") or [{}]
     limits = (containers[0].get("resources") or {}).get("limits") or {}
-    per_worker = sum(int(v) for k, v in limits.items() if k.endswith("/gpu") and str(v).isdigit())
     return ClusterSpec(
         name=str(meta.get("name") or ""),
-        gpus=per_worker * workers,
+        gpus=0,
         gpu_type=str((meta.get("labels") or {}).get(GPU_TYPE_LABEL) or "cpu"),
-        workers=workers,
+        workers=0,
         cpus=str(limits.get("cpu") or "1"),
         memory=str(limits.get("memory") or "1Gi"),
     )
