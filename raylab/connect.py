@@ -10,7 +10,7 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +50,7 @@ def connect(
     runtime_env: dict[str, Any] | None = None,
     environment: str = "",
     dashboard: str | None = None,
+    then: Callable[[], None] | None = None,
 ) -> None:
     """Attach this process to the cluster; a no-op when already attached to it with the
     same environment.
@@ -59,7 +60,8 @@ def connect(
     cluster made with token auth off). `runtime_env` is Ray's (built by runtime_env.py)
     and `environment` its fingerprint, which changes when anything it ships changes.
     `dashboard` is where to read the head's own versions before Ray Client tries (and
-    fails less clearly)."""
+    fails less clearly). `then` runs once connected, before any work is sent (it puts
+    what the workers read as they start: sync/kv_values.py); if it fails, so does this."""
     global _current
     address = address or info.endpoints.client
     if not address:
@@ -110,6 +112,12 @@ def connect(
                 ) from None
             time.sleep(0.5)
     _current = _Connection(info.name, address, context, environment)
+    if then is not None:
+        try:
+            then()
+        except BaseException:
+            disconnect()  # workers would start without what `then` gives them
+            raise
 
 
 def _alive() -> bool:

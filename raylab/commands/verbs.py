@@ -407,10 +407,13 @@ class Commands:
         self, info: ClusterInfo, service: ClusterService, prepared: Prepared, backend: str | None
     ) -> None:
         from ..connect import connect
+        from ..sync.kv_values import for_pod_workers
 
-        runtime_env = prepared.runtime_env
+        runtime_env, then = prepared.runtime_env, None
         if info.backend == "local":  # its workers can read the owner's files
             runtime_env = self.environments().values.for_local_workers(info, runtime_env)
+        else:  # workers in pods: from the cluster's internal KV, put once connected
+            runtime_env, then = for_pod_workers(runtime_env)
         connect(
             info,
             address=service.backend.client_address(info),
@@ -418,6 +421,7 @@ class Commands:
             runtime_env=runtime_env,
             environment=prepared.fingerprint,
             dashboard=service.backend.dashboard_address(info),
+            then=then,
         )
         self._connected_backend = backend
 

@@ -26,12 +26,15 @@ from typing import Any
 
 from ..errors import SpecError
 from ..model import ClusterInfo
+from .worker_kv_values import KEY_ENV
 from .worker_values import FILE_ENV, HOOK, SETUP_HOOK_ENV
 
 # Used with fullmatch: `match` with `$` would also take "KEY\n".
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Set by raylab itself or by Ray for its own processes: a user's value would break them.
-RESERVED = frozenset({"RAYLAB_CLUSTER", "RAY_ADDRESS", "PYTHONPATH", FILE_ENV, SETUP_HOOK_ENV})
+RESERVED = frozenset(
+    {"RAYLAB_CLUSTER", "RAY_ADDRESS", "PYTHONPATH", FILE_ENV, KEY_ENV, SETUP_HOOK_ENV}
+)
 
 
 def parse_env(items: list[str], environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -92,7 +95,8 @@ class EnvValues:
     def for_local_workers(self, info: ClusterInfo, runtime_env: dict[str, Any]) -> dict[str, Any]:
         """`runtime_env` with its env-var values swapped for a 0600 file that the
         workers read as they start (worker_values.py): Ray then logs a path, never a
-        value. For clusters whose workers run on this machine as this user."""
+        value. For clusters whose workers run on this machine as this user (workers in
+        pods read theirs from the cluster's KV: kv_values.py)."""
         values = runtime_env.get("env_vars")
         if not values:
             return runtime_env
