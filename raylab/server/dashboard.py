@@ -8,7 +8,8 @@ lets Ray's login cookie through to the browser.
 
 The head serves whatever its owner (or a job) put there, so its pages must not run as
 Jupyter: every answer is sandboxed into an opaque origin (no Jupyter cookie, XSRF token
-or API for its scripts). In the sandbox a page's own requests
+or API for its scripts), and writes need Jupyter's XSRF token as any cookie-authenticated
+write does. In the sandbox a page's own requests
 carry no cookie, so a browser's navigation is sent on to a key for this dashboard alone
 (dashboard_keys.py).
 """
@@ -23,6 +24,7 @@ from urllib.parse import quote, urlparse
 
 from jupyter_server.auth.decorator import ws_authenticated
 from jupyter_server.auth.identity import User
+from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.utils import url_path_join
 from jupyter_server_proxy import handlers as proxy_handlers
 from jupyter_server_proxy.handlers import ProxyHandler
@@ -110,6 +112,12 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
 
     def get_request_headers_override(self) -> dict[str, str]:
         return {PROXY_HEADER: bearer(self._ray_token)} if self._ray_token else {}
+
+    def check_xsrf_cookie(self) -> None:
+        # jupyter-server-proxy skips Jupyter's check ("defer to proxied apps"), but the
+        # dashboard trusts whoever the proxy lets through: a write that Jupyter's cookie
+        # authenticates must carry Jupyter's XSRF token, as everywhere else in Jupyter.
+        JupyterHandler.check_xsrf_cookie(self)
 
     @property
     def content_security_policy(self) -> str:
@@ -223,6 +231,11 @@ class DashboardKeyHandler(DashboardProxyHandler):
 
     def context_path(self, name: str) -> str:
         return dashboard_path(name) + MARK + self._key
+
+    def check_xsrf_cookie(self) -> None:
+        # No cookie authenticates here, so no cross-site form can ride on one; a page
+        # that knows the key is the dashboard's own.
+        return None
 
     def check_origin(self, origin: str | None = None) -> bool:
         # The sandbox's websockets come from the opaque origin "null"; the key decides.

@@ -4,7 +4,8 @@ The dashboard's pages come from the user's head, which runs whatever code its ow
 a job) put there. Through the proxy they would run in Jupyter's origin: able to read
 Jupyter's XSRF cookie and call Jupyter's API as whoever views them. So every proxied
 response is sandboxed (an opaque origin), and a browser gets a key in the URL that opens
-this one dashboard, for this one viewer, and nothing of Jupyter.
+this one dashboard, for this one viewer, and nothing of Jupyter. Writes through the proxy
+need Jupyter's XSRF token as every other cookie-authenticated write does.
 
 A real Jupyter server and a real local Ray cluster, found through the server's cache;
 where a test must see what reaches the dashboard, the cluster's dashboard address points
@@ -18,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from tornado.httpclient import HTTPResponse
+from tornado.httpclient import HTTPClientError, HTTPResponse
 
 from raylab.backends.local.backend import LocalBackend
 from raylab.config import Settings
@@ -32,6 +33,7 @@ from tests.server.test_security import login_cookie
 OWNER = "alice"
 NAME = "secdash"
 SANDBOX = "sandbox allow-scripts allow-forms allow-popups allow-downloads"
+XSRF = "2|abcdef01|0123456789abcdef0123456789abcdef|1700000000"
 DASHBOARD = ("raylab", "clusters", NAME, "dashboard")
 NO_TOKEN = {"Authorization": ""}  # jp_fetch adds the server's token unless told
 NAVIGATE = {"Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "iframe"}  # a browser's frame
@@ -139,3 +141,30 @@ async def test_a_browser_gets_a_key_that_opens_this_dashboard_alone(
     # Someone who may not see the cluster gets no key for it.
     code, _ = await status(jp_fetch, *DASHBOARD, "", headers={**navigate, **as_user("bob")})
     assert code == 404
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "PATCH", "DELETE"])
+async def test_a_cross_site_form_cannot_write_through_the_proxy(
+    jp_fetch: Any, cluster: str, upstream: list[Seen], method: str
+) -> None:
+    cookie = await browser(jp_fetch)
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    body = None if method == "DELETE" else "entrypoint=rm+-rf+~"
+    with pytest.raises(HTTPClientError) as err:
+        await jp_fetch(*DASHBOARD, "api", "jobs", "", method=method, body=body,
+                       headers={**cookie, **form}, allow_nonstandard_methods=True)  # fmt: skip
+    assert err.value.code == 403
+    assert b"_xsrf&#39; argument missing" in (
+        err.value.response.body if err.value.response else b""
+    )
+    assert upstream == []
+    # The sidebar's way (ServerConnection sends the header): forwarded, and the header
+    # Jupyter checked is not.
+    sidebar = {**cookie, "Cookie": f"{cookie['Cookie']}; _xsrf={XSRF}", "X-XSRFToken": XSRF}
+    resp = await jp_fetch(*DASHBOARD, "api", "jobs", "", method=method, body=body and "{}",
+                          headers=sidebar, allow_nonstandard_methods=True)  # fmt: skip
+    assert resp.code == 200
+    [seen] = upstream
+    assert (seen.method, seen.path) == (method, "/api/jobs")
+    assert {"x-xsrftoken", "cookie", "authorization"}.isdisjoint(seen.headers)
+    assert seen.headers["x-ray-authorization"].startswith("Bearer ")
