@@ -9,7 +9,7 @@ lets Ray's login cookie through to the browser.
 The head serves whatever its owner (or a job) put there, so its pages must not run as
 Jupyter: every answer is sandboxed into an opaque origin (no Jupyter cookie, XSRF token
 or API for its scripts), and writes need Jupyter's XSRF token as any cookie-authenticated
-write does. In the sandbox a page's own requests
+write does. Jupyter's credentials never go upstream. In the sandbox a page's own requests
 carry no cookie, so a browser's navigation is sent on to a key for this dashboard alone
 (dashboard_keys.py).
 """
@@ -41,6 +41,7 @@ from .dashboard_keys import MARK, DashboardKeys, Viewer
 from .dashboard_page import add_storage_shim
 from .handlers import owner_name, user_groups
 from .paths import dashboard_path
+from .proxy_request import upstream_body, without_jupyter_fields
 
 # Jupyter's credentials are for Jupyter, and a browser's own Ray token is not trusted.
 _STRIPPED = ("Authorization", "Cookie", "X-XSRFToken", PROXY_HEADER)
@@ -104,9 +105,12 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
         # Only this cluster's own dashboard may be reached through this route.
         self.host_allowlist = [host]
         # Jupyter's credentials are for Jupyter: never hand them to the cluster (and Ray's
-        # dashboard refuses an Authorization header it did not issue).
+        # dashboard refuses an Authorization header it did not issue). Jupyter has read
+        # them (prepare) before this: the query and the body may now lose their fields.
         for header in _STRIPPED:
             self.request.headers.pop(header, None)
+        self.request.query = without_jupyter_fields(self.request.query)
+        self.request.body = upstream_body(self.request)
         self.proxy_base = self.context_path(name)
         return host, port
 

@@ -5,7 +5,8 @@ a job) put there. Through the proxy they would run in Jupyter's origin: able to 
 Jupyter's XSRF cookie and call Jupyter's API as whoever views them. So every proxied
 response is sandboxed (an opaque origin), and a browser gets a key in the URL that opens
 this one dashboard, for this one viewer, and nothing of Jupyter. Writes through the proxy
-need Jupyter's XSRF token as every other cookie-authenticated write does.
+need Jupyter's XSRF token as every other cookie-authenticated write does, and neither
+Jupyter's token nor its XSRF field ever reaches the head.
 
 A real Jupyter server and a real local Ray cluster, found through the server's cache;
 where a test must see what reaches the dashboard, the cluster's dashboard address points
@@ -14,9 +15,11 @@ at a recorder (upstream.py) for that test only.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from tornado.httpclient import HTTPClientError, HTTPResponse
@@ -168,3 +171,34 @@ async def test_a_cross_site_form_cannot_write_through_the_proxy(
     assert (seen.method, seen.path) == (method, "/api/jobs")
     assert {"x-xsrftoken", "cookie", "authorization"}.isdisjoint(seen.headers)
     assert seen.headers["x-ray-authorization"].startswith("Bearer ")
+
+
+async def test_jupyters_token_and_xsrf_field_never_reach_the_head(
+    jp_fetch: Any, jp_ws_fetch: Any, jp_serverapp: Any, cluster: str, upstream: list[Seen]
+) -> None:
+    token = jp_serverapp.identity_provider.token
+    user = {**NO_TOKEN, **as_user(OWNER)}
+    # In the URL (how JupyterLab authenticates websockets, and a `?token=` link).
+    params = {"token": token, "keep": "1", "_xsrf": XSRF}
+    await jp_fetch(*DASHBOARD, "api", "x", params=params, headers=user)
+    assert upstream[-1].path == "/api/x?keep=1"
+    ws = await jp_ws_fetch(*DASHBOARD, "api", "ws", params={"token": token}, headers=user)
+    assert await asyncio.wait_for(ws.read_message(), 30) is None  # the recorder refuses it
+    assert upstream[-1].path == "/api/ws"
+    # In a form body, which Jupyter reads both from too.
+    sidebar = {**await browser(jp_fetch), "X-XSRFToken": XSRF,
+               "Content-Type": "application/x-www-form-urlencoded"}  # fmt: skip
+    sidebar["Cookie"] += f"; _xsrf={XSRF}"
+    body = f"token={token}&keep=1&_xsrf={quote(XSRF)}"
+    await jp_fetch(*DASHBOARD, "api", "x", method="POST", body=body, headers=sidebar)
+    assert upstream[-1].body == b"keep=1"
+    # A multipart form with either field is refused rather than rewritten.
+    multipart = {**sidebar, "Content-Type": "multipart/form-data; boundary=b"}
+    parts = f'--b\r\nContent-Disposition: form-data; name="_xsrf"\r\n\r\n{XSRF}\r\n--b--\r\n'
+    code, _ = await status(jp_fetch, *DASHBOARD, "api", "x", method="POST", body=parts,
+                           headers=multipart)  # fmt: skip
+    assert code == 400
+    assert len(upstream) == 3
+    for seen in upstream:
+        assert token not in f"{seen.path} {seen.headers} {seen.body!r}"
+        assert "_xsrf" not in f"{seen.path} {seen.body!r}"
