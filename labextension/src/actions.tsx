@@ -210,12 +210,12 @@ export function openDashboard(ctx: IRaylabContext, cluster: ICluster): void {
   if (!url.endsWith('/')) {
     url += '/';
   }
-  // Same origin, so Jupyter's cookie authenticates the frames; scripts and
-  // same-origin are what the dashboard's single-page app needs.
+  // Never allow-same-origin: the head serves the page, and in Jupyter's origin its
+  // scripts could act as this user. The server sandboxes it too, and sends the
+  // frame on to a key for this dashboard, since a sandboxed page has no cookie.
   const content = new IFrame({
     sandbox: [
       'allow-scripts',
-      'allow-same-origin',
       'allow-forms',
       'allow-downloads',
       'allow-popups'

@@ -328,7 +328,9 @@ class Commands:
             raise CommandError("--all shows every user's GPU-hours: for admins only")
         now = time.time()
         since = now - args.since
-        intervals = store_for(service.backend).load(None if everyone else self.user)
+        # Each cluster says whose it is: a ledger's word about it does not count.
+        clusters = {c.uid: c.owner for c in service.list(everyone=everyone) if c.uid}
+        intervals = store_for(service.backend).load(None if everyone else self.user, clusters)
         rows = usage_rows(intervals, since, now)
         self.out.block(render.usage_table(rows, since, everyone=everyone))
         return rows

@@ -10,18 +10,25 @@ the same cluster, or one culler writing the same interval again, count it once.
 A culler that restarts (or a Jupyter server) continues a cluster's last interval when it
 ended less than `max_gap_s` ago and the cluster still runs with the same GPUs; longer
 stretches nobody watched are not counted (the README says so).
+
+A user can write to their own ledger, so a ledger counts only its user's clusters: an
+interval naming another owner, or of a cluster that exists and says it is someone
+else's, is ignored (`owned`); and one user's intervals never merge with another's.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
+from ..backends.kuberay.manifest import owner_label
 from ..model import ClusterInfo, Phase
 
+log = logging.getLogger("raylab.culler")
 BILLED = frozenset({Phase.STARTING, Phase.READY, Phase.DEGRADED})
 
 
@@ -64,8 +71,9 @@ class Interval:
 class LedgerStore(Protocol):
     """Where a backend keeps the ledger (a JSON-lines file per user, a ConfigMap per user)."""
 
-    def load(self, owner: str | None = None) -> list[Interval]:
-        """The intervals of `owner` (None: every user's)."""
+    def load(self, owner: str | None, clusters: Mapping[str, str]) -> list[Interval]:
+        """The intervals of `owner` (None: every user's) that count (`owned`);
+        `clusters`: the owner of each cluster that exists, by uid."""
         ...
 
     def save(self, owner: str, intervals: list[Interval], keep_after: float) -> None:
@@ -74,13 +82,40 @@ class LedgerStore(Protocol):
         ...
 
 
+_said: set[tuple[str, str]] = set()  # (ledger, cluster uid) already warned of
+_said_lock = threading.Lock()
+
+
+def owned(ledger: str, stored: Iterable[Interval], clusters: Mapping[str, str]) -> list[Interval]:
+    """What the ledger `ledger` (its user's `owner_label`) may bill: intervals of its own
+    user, of clusters that are theirs. `clusters` maps the uid of each cluster that
+    exists to its owner: the cluster's word beats the ledger's. A deleted cluster's
+    interval is taken at its word; `merge` keeps it from touching another user's."""
+    out: list[Interval] = []
+    for interval in stored:
+        owner = clusters.get(interval.uid, interval.owner)
+        if owner_label(interval.owner) == ledger and owner == interval.owner:
+            out.append(interval)
+            continue
+        with _said_lock:
+            if (ledger, interval.uid) in _said:
+                continue
+            _said.add((ledger, interval.uid))
+        log.warning(
+            "raylab: GPU-hours ledger %r holds cluster %r (uid %s) of %s: not counted",
+            ledger, interval.cluster, interval.uid, owner,
+        )  # fmt: skip
+    return out
+
+
 def merge(intervals: Iterable[Interval]) -> list[Interval]:
-    """Union per cluster: overlapping or touching intervals with the same GPU count become
-    one; where counts differ (a scale seen at slightly different times by two cullers),
-    the later interval owns the overlap."""
-    by_uid: dict[str, list[Interval]] = defaultdict(list)
+    """Union per cluster and owner: overlapping or touching intervals with the same GPU
+    count become one; where counts differ (a scale seen at slightly different times by
+    two cullers), the later interval owns the overlap. Another owner's intervals of the
+    same uid (only a forged ledger has them) stay apart."""
+    by_uid: dict[tuple[str, str], list[Interval]] = defaultdict(list)
     for interval in intervals:
-        by_uid[interval.uid].append(interval)
+        by_uid[(interval.owner, interval.uid)].append(interval)
     out: list[Interval] = []
     for items in by_uid.values():
         items.sort(key=lambda i: (i.start, i.end))
@@ -149,7 +184,8 @@ class Meter:
         self.max_gap_s = max_gap_s
         self._open: dict[str, Interval] = {}  # uid -> the stretch being metered
         self._closed: list[Interval] = []  # ended since the last flush
-        self._last: dict[str, Interval] = {}  # uid -> last interval in the ledger
+        # (owner, uid) -> last interval in the owner's ledger
+        self._last: dict[tuple[str, str], Interval] = {}
         self._loaded: set[str] = set()  # owners whose ledger was read
         self._flushed_at: float | None = None
         self._lock = threading.Lock()
@@ -159,6 +195,8 @@ class Meter:
         """Fold in one sweep's view; returns GPU-seconds metered since the last, by
         (owner, GPU type), for the metrics."""
         added: dict[tuple[str, str], float] = defaultdict(float)
+        clusters = list(clusters)
+        owners = {c.uid: c.owner for c in clusters if c.uid}
         with self._lock:
             seen: set[str] = set()
             for info in clusters:
@@ -174,7 +212,7 @@ class Meter:
                 if current is not None:
                     self._closed.append(replace(current, end=max(current.end, now)))
                 start = now
-                last = self._previous(info)
+                last = self._previous(info, owners)
                 resumed = current is None and last is not None and last.gpus == gpus
                 if resumed and last is not None and 0 <= now - last.end <= self.max_gap_s:
                     start = last.end  # a restart in between: it ran all along
@@ -205,16 +243,19 @@ class Meter:
             self.writes += 1
             with self._lock:
                 for interval in intervals:
-                    last = self._last.get(interval.uid)
+                    key = (interval.owner, interval.uid)
+                    last = self._last.get(key)
                     if last is None or interval.end >= last.end:
-                        self._last[interval.uid] = interval
+                        self._last[key] = interval
 
-    def _previous(self, info: ClusterInfo) -> Interval | None:
-        """This cluster's last interval in the ledger (its owner's is read once)."""
+    def _previous(self, info: ClusterInfo, owners: Mapping[str, str]) -> Interval | None:
+        """This cluster's last interval in its owner's ledger (read once), which is the
+        only one that may continue it."""
         if info.owner not in self._loaded:
             self._loaded.add(info.owner)
-            for interval in self.store.load(info.owner):
-                last = self._last.get(interval.uid)
+            for interval in self.store.load(info.owner, owners):
+                key = (interval.owner, interval.uid)
+                last = self._last.get(key)
                 if last is None or interval.end > last.end:
-                    self._last[interval.uid] = interval
-        return self._last.get(info.uid)
+                    self._last[key] = interval
+        return self._last.get((info.owner, info.uid))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +29,12 @@ from ..backends.kuberay.manifest import (
     owner_label,
 )
 from ..errors import RaylabError
-from .ledger import Interval, LedgerStore, merge
+from .ledger import Interval, LedgerStore, merge, owned
 
 REQUEST_TIMEOUT = (5.0, 30.0)
 DATA_KEY = "intervals.jsonl"
 USAGE_LABEL = "raylab.io/usage"
+NAME_PREFIX = "raylab-usage-"  # then the user's owner_label
 
 
 def _lines(intervals: list[Interval]) -> str:
@@ -61,7 +62,7 @@ class LocalLedger:
     def _path(self, owner: str) -> Path:
         return self.folder / f"{owner_label(owner)}.jsonl"
 
-    def load(self, owner: str | None = None) -> list[Interval]:
+    def load(self, owner: str | None, clusters: Mapping[str, str]) -> list[Interval]:
         if owner is not None:
             paths = [self._path(owner)]
         else:
@@ -69,7 +70,8 @@ class LocalLedger:
         out: list[Interval] = []
         for path in paths:
             with contextlib.suppress(OSError):
-                out.extend(i for i in _parse(path.read_text()) if owner in (None, i.owner))
+                # The file is named for its user (_path): it vouches for no one else.
+                out.extend(owned(path.stem, _parse(path.read_text()), clusters))
         return out
 
     def save(self, owner: str, intervals: list[Interval], keep_after: float) -> None:
@@ -92,9 +94,9 @@ class KubeRayLedger:
         self.tries = tries
 
     def _name(self, owner: str) -> str:
-        return f"raylab-usage-{owner_label(owner)}"
+        return f"{NAME_PREFIX}{owner_label(owner)}"
 
-    def load(self, owner: str | None = None) -> list[Interval]:
+    def load(self, owner: str | None, clusters: Mapping[str, str]) -> list[Interval]:
         from kubernetes.client.exceptions import ApiException
 
         from ..backends.kuberay.errors import ALL_NAMESPACES, api_errors
@@ -106,7 +108,8 @@ class KubeRayLedger:
                 if exc.status == 404:
                     return []
                 raise
-            return _parse(((body or {}).get("data") or {}).get(DATA_KEY, ""))
+            stored = _parse(((body or {}).get("data") or {}).get(DATA_KEY, ""))
+            return owned(owner_label(owner), stored, clusters)
         # Everyone's ledgers (an admin's --all): in each namespace the backend lists
         # clusters from, so an admin overview across namespaces counts every user.
         selector = f"{MANAGED_BY_LABEL}={MANAGED_BY},{USAGE_LABEL}=true"
@@ -122,7 +125,12 @@ class KubeRayLedger:
                 items += self.backend._json(*listing, label_selector=selector)["items"]
         out: list[Interval] = []
         for item in items:
-            out.extend(_parse((item.get("data") or {}).get(DATA_KEY, "")))
+            # Named for its user (_name): it vouches for no one else. Labels and
+            # annotations are whatever its writer set; the name is the one we read.
+            name = str((item.get("metadata") or {}).get("name", ""))
+            if name.startswith(NAME_PREFIX):
+                stored = _parse((item.get("data") or {}).get(DATA_KEY, ""))
+                out.extend(owned(name.removeprefix(NAME_PREFIX), stored, clusters))
         return out
 
     def _read(self, owner: str) -> dict[str, Any]:

@@ -5,16 +5,27 @@ cluster's dashboard address itself and refuses anyone who may not see the cluste
 token stays on the server: the proxy adds it to each request (`X-Ray-Authorization`,
 which Ray's dashboard reads for proxies), drops whatever token a browser sends, and never
 lets Ray's login cookie through to the browser.
+
+The head serves whatever its owner (or a job) put there, so its pages must not run as
+Jupyter: every answer is sandboxed into an opaque origin (no Jupyter cookie, XSRF token
+or API for its scripts), and writes need Jupyter's XSRF token as any cookie-authenticated
+write does. Jupyter's credentials never go upstream. In the sandbox a page's own requests
+carry no cookie, so a browser's navigation is sent on to a key for this dashboard alone
+(dashboard_keys.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+from collections.abc import Awaitable
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import quote, urlparse
 
 from jupyter_server.auth.decorator import ws_authenticated
+from jupyter_server.auth.identity import User
+from jupyter_server.base.handlers import JupyterHandler
+from jupyter_server.utils import url_path_join
 from jupyter_server_proxy import handlers as proxy_handlers
 from jupyter_server_proxy.handlers import ProxyHandler
 from jupyter_server_proxy.websocket import PingableWSClientConnection
@@ -26,11 +37,17 @@ from ..identity import is_admin, may_see
 from ..model import ClusterInfo
 from ..spec import validate_name
 from .cache import ClusterCache
+from .dashboard_keys import MARK, DashboardKeys, Viewer
+from .dashboard_page import add_storage_shim
 from .handlers import owner_name, user_groups
 from .paths import dashboard_path
+from .proxy_request import upstream_body, without_jupyter_fields
 
 # Jupyter's credentials are for Jupyter, and a browser's own Ray token is not trusted.
 _STRIPPED = ("Authorization", "Cookie", "X-XSRFToken", PROXY_HEADER)
+# No allow-same-origin: the page gets an opaque origin of its own.
+SANDBOX = "sandbox allow-scripts allow-forms allow-popups allow-downloads"
+_CSP = "Content-Security-Policy"
 
 
 class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library is untyped
@@ -38,6 +55,22 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
 
     _ray_token: str | None = None
     _upstream: tuple[str, int] | None = None
+    issues_keys = True  # a browser's navigation here is sent on to a key
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # jupyter-server-proxy's websocket mixin pins these to JupyterHandler's on each
+        # instance (undoing refusals of an older Tornado), past any subclass: ours must run.
+        for name in ("flush", "set_header"):
+            self.__dict__.pop(name, None)
+        self.rewrite_response = (add_storage_shim,)  # the page runs sandboxed
+
+    def viewer(self) -> Viewer:
+        return Viewer(owner_name(self), tuple(user_groups(self)))
+
+    def context_path(self, name: str) -> str:
+        """Where this dashboard is under the base URL (upstream redirects are kept in it)."""
+        return dashboard_path(name).rstrip("/")
 
     async def _target(self, name: str, *, write: bool = False) -> tuple[str, int]:
         try:
@@ -49,8 +82,9 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
         cache.ensure_started()
         await cache.wait_synced()
         info: ClusterInfo | None = cache.get(name)
-        user = owner_name(self)
-        admin = is_admin(settings, user, user_groups(self))
+        viewer = self.viewer()
+        user = viewer.user
+        admin = is_admin(settings, user, viewer.groups)
         if info is None or not may_see(info, user, admin):
             raise web.HTTPError(404, f"no cluster named {name!r}")
         if write and info.owner != user:
@@ -71,14 +105,39 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
         # Only this cluster's own dashboard may be reached through this route.
         self.host_allowlist = [host]
         # Jupyter's credentials are for Jupyter: never hand them to the cluster (and Ray's
-        # dashboard refuses an Authorization header it did not issue).
+        # dashboard refuses an Authorization header it did not issue). Jupyter has read
+        # them (prepare) before this: the query and the body may now lose their fields.
         for header in _STRIPPED:
             self.request.headers.pop(header, None)
-        self.proxy_base = dashboard_path(name).rstrip("/")
+        self.request.query = without_jupyter_fields(self.request.query)
+        self.request.body = upstream_body(self.request)
+        self.proxy_base = self.context_path(name)
         return host, port
 
     def get_request_headers_override(self) -> dict[str, str]:
         return {PROXY_HEADER: bearer(self._ray_token)} if self._ray_token else {}
+
+    def check_xsrf_cookie(self) -> None:
+        # jupyter-server-proxy skips Jupyter's check ("defer to proxied apps"), but the
+        # dashboard trusts whoever the proxy lets through: a write that Jupyter's cookie
+        # authenticates must carry Jupyter's XSRF token, as everywhere else in Jupyter.
+        JupyterHandler.check_xsrf_cookie(self)
+
+    @property
+    def content_security_policy(self) -> str:
+        return f"{super().content_security_policy}; {SANDBOX}"
+
+    def flush(self, include_footers: bool = False) -> Awaitable[None]:
+        if not self._headers_written:
+            self.isolate()
+        future: Awaitable[None] = super().flush(include_footers)
+        return future
+
+    def isolate(self) -> None:
+        """Headers every answer leaves with, whatever the head sent: the proxy copies the
+        head's headers over the defaults (and, when streaming, starts from none)."""
+        if self.content_security_policy not in self._headers.get_list(_CSP):
+            self._headers.add(_CSP, self.content_security_policy)
 
     # Both ways the proxy copies the dashboard's headers (buffered and streamed responses).
     def add_header(self, name: str, value: Any) -> None:
@@ -91,7 +150,17 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
 
     async def http_get(self, name: str, path: str = "") -> Any:
         host, port = await self._target(name)
+        if self.issues_keys and _navigation(self.request):
+            # A browser opening the dashboard (tab, frame, link): its page will run
+            # sandboxed, without Jupyter's cookie, so it gets a key instead.
+            keys: DashboardKeys = self.settings["raylab_dashboard_keys"]
+            return self.redirect(self._keyed_url(name, keys.issue(self.viewer(), name), path))
         return await self.proxy(host, port, "/" + (path or ""))
+
+    def _keyed_url(self, name: str, key: str, path: str) -> str:
+        base = url_path_join(self.base_url, dashboard_path(name), MARK + key)
+        query = f"?{self.request.query}" if self.request.query else ""
+        return f"{base}/{quote(path)}{query}"
 
     async def open(self, name: str, path: str = "") -> Any:
         host, port = self._upstream or await self._target(name)
@@ -134,6 +203,59 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
     async def _forward(self, name: str, path: str) -> Any:
         host, port = await self._target(name, write=self.request.method not in ("HEAD", "OPTIONS"))
         return await self.proxy(host, port, "/" + (path or ""))
+
+
+class DashboardKeyHandler(DashboardProxyHandler):
+    """`<base_url>raylab/clusters/<name>/dashboard/~<key>/<path>`: the same dashboard for
+    its sandboxed page, whose requests carry the key in place of Jupyter's cookie."""
+
+    _key = ""
+    _viewer: Viewer | None = None
+    issues_keys = False  # it has one
+
+    async def prepare(self, *args: Any, **kwargs: Any) -> None:
+        # Not Jupyter's login: here the key is the credential, and the only one.
+        if not self.check_host():
+            raise web.HTTPError(403)
+        self._key = self.path_kwargs.pop("key")  # the methods take (name, path)
+        name = self.path_kwargs["name"]
+        keys: DashboardKeys = self.settings["raylab_dashboard_keys"]
+        self._viewer = keys.viewer(self._key, name)
+        if self._viewer is None:
+            if self.request.method == "GET" and _navigation(self.request):
+                # Expired, or from before this server started: through Jupyter's login.
+                self.redirect(url_path_join(self.base_url, dashboard_path(name)))
+                return
+            raise web.HTTPError(403, "this dashboard link has expired: open the dashboard again")
+        self.current_user = self._jupyter_current_user = User(username=self._viewer.user)
+
+    def viewer(self) -> Viewer:
+        assert self._viewer is not None  # prepare() found it
+        return self._viewer
+
+    def context_path(self, name: str) -> str:
+        return dashboard_path(name) + MARK + self._key
+
+    def check_xsrf_cookie(self) -> None:
+        # No cookie authenticates here, so no cross-site form can ride on one; a page
+        # that knows the key is the dashboard's own.
+        return None
+
+    def check_origin(self, origin: str | None = None) -> bool:
+        # The sandbox's websockets come from the opaque origin "null"; the key decides.
+        return True
+
+    def isolate(self) -> None:
+        super().isolate()
+        # The sandboxed page's fetches are cross-origin and carry no credentials; and
+        # the key in its URL is not sent on to the sites it links or loads from.
+        self._headers["Access-Control-Allow-Origin"] = "*"
+        self._headers["Referrer-Policy"] = "no-referrer"
+
+
+def _navigation(request: httputil.HTTPServerRequest) -> bool:
+    """A browser loading a page (a tab, a frame, a link), not a script's request."""
+    return request.headers.get("Sec-Fetch-Mode") == "navigate"
 
 
 def _token_cookie(name: str, value: Any) -> bool:

@@ -12,7 +12,8 @@ from ..config import Raylab, Settings
 from ..identity import current_groups, current_user, is_admin
 from .cache import ClusterCache
 from .culling import ServerCuller
-from .dashboard import DashboardProxyHandler
+from .dashboard import DashboardKeyHandler, DashboardProxyHandler
+from .dashboard_keys import MARK, DashboardKeys
 from .events import EventsHandler
 from .export import ExportHandler
 from .handlers import (
@@ -43,6 +44,11 @@ ROUTES: list[tuple[str, Any]] = [
     (IN_NAMESPACE, ClusterHandler),
     (url_path_join(IN_NAMESPACE, "logs"), LogsHandler),
     (url_path_join(IN_NAMESPACE, "keep-running"), KeepRunningHandler),
+    # Before the plain route, which would take `~KEY/...` as a path of Ray's.
+    (
+        url_path_join("clusters", NAME, "dashboard", MARK + r"(?P<key>[\w-]+)") + r"/?(?P<path>.*)",
+        DashboardKeyHandler,
+    ),
     (url_path_join("clusters", NAME, "dashboard") + r"/?(?P<path>.*)", DashboardProxyHandler),
     (r"(?P<path>.*)", NotFoundHandler),
 ]
@@ -78,6 +84,7 @@ class RaylabExtension(ExtensionApp):
         web_app: Any = self.serverapp.web_app
         web_app.settings["raylab_settings"] = settings
         web_app.settings["raylab_cache"] = self.cache
+        web_app.settings["raylab_dashboard_keys"] = DashboardKeys()
         base = url_path_join(web_app.settings["base_url"], PREFIX)
         web_app.add_handlers(".*$", [(url_path_join(base, p), h) for p, h in ROUTES])
         self.log.info("raylab: serving %s (backend %s)", base, settings.backend)

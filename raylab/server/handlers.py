@@ -270,7 +270,15 @@ class UsageHandler(RaylabHandler):
         since = now - seconds
         store = store_for(self.cache.backend)
         owner = None if everyone else self.username
-        intervals = await self.blocking(store.load, owner)
+        # Each cluster says whose it is: a ledger's word about it does not count. Not
+        # from a cache that has yet to list them: every cluster would pass unchecked.
+        await self.cache.wait_synced()
+        if self.cache.synced.is_set():
+            known = self.cache.list(lambda _: True)
+        else:
+            known = await self.blocking(self.cache.backend.clusters)
+        clusters = {c.uid: c.owner for c in known if c.uid}
+        intervals = await self.blocking(store.load, owner, clusters)
         rows = usage_rows(intervals, since, now)
         self.reply(
             {

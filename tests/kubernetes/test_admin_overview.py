@@ -150,9 +150,9 @@ def test_an_admin_counts_everyones_gpu_hours_across_namespaces(
     for watched in (["*"], [a, b]):
         admin = KubeRayBackend(SETTINGS, api_client=overseer, namespace=home,
                                watch_namespaces=watched)  # fmt: skip
-        rows = KubeRayLedger(admin).load()
+        rows = KubeRayLedger(admin).load(None, {})
         seen[watched[0]] = sorted((i.owner, i.gpus) for i in rows if i.uid.startswith("uid-"))
     assert seen == {"*": [("alice", 2), ("bob", 1)], a: [("alice", 2), ("bob", 1)]}
     # A user's own server still reads only its own namespace.
     alone = KubeRayBackend(SETTINGS, api_client=alice_api, namespace=a)
-    assert [i.owner for i in KubeRayLedger(alone).load()] == ["alice"]
+    assert [i.owner for i in KubeRayLedger(alone).load(None, {})] == ["alice"]

@@ -264,6 +264,11 @@ test('create in the dialog, connect a notebook, run Ray on it, delete', async ({
   await expect(
     dashboard.getByText('Authentication Token Required')
   ).toHaveCount(0);
+  // Sandboxed (an opaque origin: none of Jupyter's cookies or API), yet the app
+  // renders and its API calls, which carry the key in their URL, get data ("No
+  // data loaded" until one does).
+  expect(await dashboard.evaluate(() => window.origin)).toBe('null');
+  await expect(dashboard.getByText(/^Updated /)).toBeVisible();
 
   const sidebar = page.locator('#raylab-clusters');
   const content = sidebar.locator('.jp-raylab-panel');

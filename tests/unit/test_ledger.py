@@ -28,7 +28,7 @@ def meter(ledger: LocalLedger, flush_s: float = 600) -> Meter:
 
 
 def total(ledger: LocalLedger, owner: str | None = "alice") -> float:
-    return sum(r.gpu_hours for r in usage_rows(ledger.load(owner), 0, T0 + 10**7))
+    return sum(r.gpu_hours for r in usage_rows(ledger.load(owner, {}), 0, T0 + 10**7))
 
 
 def test_known_durations_give_known_totals(tmp_path: Path) -> None:
@@ -39,7 +39,7 @@ def test_known_durations_give_known_totals(tmp_path: Path) -> None:
         m.observe([big, small], T0 + t)
     m.observe([cluster("big", 4, Phase.SUSPENDED), small], T0 + HOUR + 60)
     m.flush(T0 + HOUR + 60)
-    rows = usage_rows(ledger.load("alice"), T0, T0 + 2 * HOUR)
+    rows = usage_rows(ledger.load("alice", {}), T0, T0 + 2 * HOUR)
     assert [(r.owner, r.gpu_type, r.clusters) for r in rows] == [("alice", "a100", 2)]
     # big: 4 GPUs x 1 h (billed until last seen running); small: 1 GPU x 1 h 1 min.
     assert rows[0].gpu_hours == pytest.approx(4 + 61 / 60, abs=1 / 3600)
@@ -92,7 +92,7 @@ def test_pending_and_cpu_clusters_are_not_billed(tmp_path: Path) -> None:
     for t in (0, HOUR):
         m.observe([cluster("waiting", 8, Phase.PENDING), cluster("cpu", 0)], T0 + t)
     m.flush(T0 + HOUR)
-    assert ledger.load(None) == []
+    assert ledger.load(None, {}) == []
 
 
 def test_scaling_splits_the_interval() -> None:
@@ -107,4 +107,4 @@ def test_retention_drops_old_intervals(tmp_path: Path) -> None:
     old = Interval("u1", "c", "alice", "a100", 1, T0, T0 + HOUR)
     new = Interval("u2", "d", "alice", "a100", 1, T0 + 100 * 86400, T0 + 100 * 86400 + HOUR)
     ledger.save("alice", [old, new], keep_after=T0 + 10 * 86400)
-    assert ledger.load("alice") == [new]
+    assert ledger.load("alice", {}) == [new]
