@@ -21,6 +21,7 @@ import stat
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -124,9 +125,23 @@ async def test_a_damaged_state_file_is_skipped_and_breaks_nothing(
             shutil.rmtree(state_dir / name)
 
 
-def a_session_leader() -> subprocess.Popen[bytes]:
+@pytest.fixture
+def victim() -> Iterator[subprocess.Popen[bytes]]:
     """Any process of this user that is not a Ray node: what a forged pid would name."""
-    return subprocess.Popen(["sleep", "300"], start_new_session=True)
+    proc = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def precious(tmp_path: Path) -> Path:
+    """Someone's data, which a forged temp dir would name."""
+    folder = tmp_path / "precious"
+    folder.mkdir()
+    return folder
 
 
 def forged_state(folder: Path, victim: subprocess.Popen[bytes], precious: Path) -> Path:
@@ -146,44 +161,34 @@ def forged_state(folder: Path, victim: subprocess.Popen[bytes], precious: Path) 
     return path
 
 
-def test_a_state_file_of_another_os_user_is_never_trusted(tmp_path: Path) -> None:
+def test_a_state_file_of_another_os_user_is_never_trusted(
+    tmp_path: Path, victim: subprocess.Popen[bytes], precious: Path
+) -> None:
     backend = LocalBackend(tmp_path / "shared-state")
     alice = ClusterService(backend, Settings.from_config(), "alice")
-    victim = a_session_leader()
-    precious = tmp_path / "precious"
-    precious.mkdir()
-    try:
-        path = forged_state(tmp_path / "shared-state" / "planted", victim, precious)
-        os.chown(path, 4242, 4242)  # written by another user of a shared folder
-        assert alice.list() == []
-        with pytest.raises(NotFound):
-            alice.delete("planted")
-        assert victim.poll() is None
-        assert precious.is_dir()
-    finally:
-        victim.kill()
-        victim.wait()
+    path = forged_state(tmp_path / "shared-state" / "planted", victim, precious)
+    os.chown(path, 4242, 4242)  # written by another user of a shared folder
+    assert alice.list() == []
+    with pytest.raises(NotFound):
+        alice.delete("planted")
+    assert victim.poll() is None
+    assert precious.is_dir()
 
 
-def test_down_signals_only_the_clusters_own_ray_processes(tmp_path: Path) -> None:
+def test_down_signals_only_the_clusters_own_ray_processes(
+    tmp_path: Path, victim: subprocess.Popen[bytes], precious: Path
+) -> None:
     """The file is the user's own (stale, or edited): its pid and temp dir are claims
     that the process and the private temp root must confirm."""
     backend = LocalBackend(tmp_path / "state")
     alice = ClusterService(backend, Settings.from_config(), "alice")
-    victim = a_session_leader()
-    precious = tmp_path / "precious"
-    precious.mkdir()
-    try:
-        forged_state(tmp_path / "state" / "edited", victim, precious)
-        assert [c.name for c in alice.list()] == ["edited"]
-        assert "hostname" not in alice.logs("edited")  # its log path leads outside
-        alice.delete("edited")
-        assert alice.list() == []
-        assert victim.poll() is None  # still running: not a Ray node of "edited"
-        assert precious.is_dir()
-    finally:
-        victim.kill()
-        victim.wait()
+    forged_state(tmp_path / "state" / "edited", victim, precious)
+    assert [c.name for c in alice.list()] == ["edited"]
+    assert "hostname" not in alice.logs("edited")  # its log path leads outside
+    alice.delete("edited")
+    assert alice.list() == []
+    assert victim.poll() is None  # still running: not a Ray node of "edited"
+    assert precious.is_dir()
 
 
 @pytest.fixture
