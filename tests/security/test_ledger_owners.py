@@ -133,3 +133,18 @@ def test_a_sweep_resumes_a_cluster_only_from_its_owners_ledger(
 @pytest.fixture(autouse=True)
 def _warnings(caplog: Any) -> None:
     caplog.set_level(logging.WARNING)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _ledgers_put_back() -> Iterator[None]:
+    """The state folder is the whole session's: the ledgers these tests write for alice
+    and bob would bill them in later tests (a server's usage of "bob" must start empty)."""
+    folder = Settings.from_config().local_state_dir() / "usage"
+    paths = [folder / f"{owner_label(user)}.jsonl" for user in ("alice", "bob")]
+    before = {path: path.read_bytes() for path in paths if path.exists()}
+    yield
+    for path in paths:
+        if path in before:
+            path.write_bytes(before[path])
+        else:
+            path.unlink(missing_ok=True)
