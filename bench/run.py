@@ -9,6 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_auth
 import bench_culler
+import bench_driver
 import bench_import
 import bench_kuberay_up
 import bench_load
@@ -32,6 +33,7 @@ BENCHES = {
     "sidebar": bench_sidebar.run,
     "workdir": bench_workdir.run,
     "culler": bench_culler.run,
+    "driver": bench_driver.run,
 }
 
 

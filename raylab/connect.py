@@ -1,13 +1,21 @@
-"""Connect this kernel to a cluster through Ray Client, checking versions first.
+"""Connect this kernel to a cluster, checking versions first.
 
-Ray Client refuses a kernel whose Ray version or Python minor differs from the
-cluster's, with an error that does not say what to do; we compare before connecting.
+Where the kernel can reach the cluster's GCS and its nodes can reach the kernel (the
+local backend: the same machine), the kernel becomes a real Ray driver
+(`ray.init("HOST:PORT")`): Ray Data, Train and Tune work, and calls and objects cost what
+they cost in any Ray script. Elsewhere (a laptop outside Kubernetes) it goes through Ray
+Client, which Ray keeps for that case but has frozen: every call is two gRPC hops, objects
+move in 5 MiB chunks, and Ray Data's executor needs a core worker it does not have.
+
+Ray refuses a kernel whose Ray version or Python minor differs from the cluster's, with
+an error that does not say what to do; we compare before connecting.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -15,11 +23,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from . import auth
+from . import auth, driver_watch, live_code
 from .errors import BackendUnavailable
 from .model import ClusterInfo
 from .sync.errors import RuntimeEnvFailed, runtime_env_failure
 from .versions import check_versions, running_versions
+
+DRIVER, CLIENT = "driver", "client"
+# How long a direct driver waits for the cluster to make its pip environment (Ray Client
+# waits for it inside ray.init; a driver finds out at its first task: we ask at once).
+ENV_READY_TIMEOUT_S = 900.0
+# Ray ends a driver's process when its GCS has been gone this long (60 s by default): a
+# kernel would die with its variables. driver_watch.py notices the loss first instead.
+DRIVER_GCS_TIMEOUT_ENV = "RAY_gcs_rpc_server_reconnect_timeout_s"
+DRIVER_GCS_TIMEOUT_S = 7 * 24 * 3600
 
 
 @dataclass
@@ -28,6 +45,8 @@ class _Connection:
     address: str
     context: Any
     environment: str = ""  # fingerprint of the runtime_env it was made with
+    mode: str = CLIENT  # DRIVER: a direct Ray driver; CLIENT: through Ray Client
+    watch: driver_watch.Watch | None = None  # a driver's: notices the head going away
 
 
 _current: _Connection | None = None
@@ -38,8 +57,14 @@ def connected_cluster() -> str | None:
 
 
 def connected_address() -> str | None:
-    """The Ray Client address in use: from outside Kubernetes, a local port-forward."""
+    """The address in use: the GCS's as a driver, Ray Client's otherwise (from outside
+    Kubernetes, a local port-forward)."""
     return _current.address if _current else None
+
+
+def connected_mode() -> str | None:
+    """DRIVER or CLIENT (None: not connected)."""
+    return _current.mode if _current else None
 
 
 def connect(
@@ -50,11 +75,14 @@ def connect(
     runtime_env: dict[str, Any] | None = None,
     environment: str = "",
     dashboard: str | None = None,
+    driver: str | None = None,
     then: Callable[[], None] | None = None,
 ) -> None:
     """Attach this process to the cluster; a no-op when already attached to it with the
     same environment.
 
+    `driver`: the GCS address (HOST:PORT) where this process can be a direct Ray driver
+    (None: only Ray Client can reach the cluster from here).
     `address` overrides the cluster's own client endpoint (KubeRay from outside
     Kubernetes: a local port-forward); `token` is the cluster's Ray token (None for a
     cluster made with token auth off). `runtime_env` is Ray's (built by runtime_env.py)
@@ -63,7 +91,8 @@ def connect(
     fails less clearly). `then` runs once connected, before any work is sent (it puts
     what the workers read as they start: sync/kv_values.py); if it fails, so does this."""
     global _current
-    address = address or info.endpoints.client
+    mode = DRIVER if driver else CLIENT
+    address = driver or address or info.endpoints.client
     if not address:
         raise BackendUnavailable(
             f"cluster {info.name!r} has no Ray Client endpoint yet (phase {info.phase})",
@@ -74,7 +103,7 @@ def connect(
         and _current.cluster == info.name
         and _current.address == address
         and _current.environment == environment
-        and _alive()
+        and _alive(_current.mode)
     ):
         return
     check_versions(info, running_versions(dashboard or info.endpoints.dashboard, token))
@@ -82,6 +111,10 @@ def connect(
 
     disconnect()
     auth.use_token(token)
+    # Before ray.init, which replaces the folder in `runtime_env` with its upload's URI.
+    folder = str((runtime_env or {}).get("working_dir") or os.getcwd())
+    if mode == DRIVER:
+        os.environ.setdefault(DRIVER_GCS_TIMEOUT_ENV, str(DRIVER_GCS_TIMEOUT_S))
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -97,30 +130,109 @@ def connect(
             failure = runtime_env_failure(str(exc))
             if failure is not None:  # retrying would fail the same way, minutes later
                 auth.forget_token()
-                raise RuntimeEnvFailed(
-                    f"cluster {info.name!r} could not set up this kernel's environment: {failure}",
-                    detail="fix the package (--pip, --requirements) or leave it out; "
-                    "this kernel is not connected",
-                ) from None
+                raise _env_failed(info, failure) from None
             # The client server can take a moment after the head reports ready.
             if time.monotonic() >= deadline:
                 auth.forget_token()
+                what = "the GCS" if mode == DRIVER else "Ray Client"
                 raise BackendUnavailable(
-                    f"cannot reach Ray Client of cluster {info.name!r} at {address}: {exc}",
+                    f"cannot reach {what} of cluster {info.name!r} at {address}: {exc}",
                     detail=f"`%raycluster status {info.name}` and `%raycluster logs "
                     f"{info.name}` show the cluster's state",
                 ) from None
             time.sleep(0.5)
-    _current = _Connection(info.name, address, context, environment)
+    _current = _Connection(info.name, address, context, environment, mode)
+    _auto_init(True)
+    if mode == DRIVER:
+        _current.watch = driver_watch.Watch(info.name, address, _gcs_probe)
+        _current.watch.start()
+    live_code.follow(folder)
     if then is not None:
         try:
             then()
         except BaseException:
             disconnect()  # workers would start without what `then` gives them
             raise
+    if mode == DRIVER and runtime_env and runtime_env.get("pip"):
+        _environment_ready(info)
 
 
-def _alive() -> bool:
+def _env_failed(info: ClusterInfo, failure: str) -> RuntimeEnvFailed:
+    return RuntimeEnvFailed(
+        f"cluster {info.name!r} could not set up this kernel's environment: {failure}",
+        detail="fix the package (--pip, --requirements) or leave it out; "
+        "this kernel is not connected",
+    )
+
+
+def _environment_ready(info: ClusterInfo) -> None:
+    """Have the cluster make the job's environment now, as Ray Client does on connect: a
+    package that cannot install is then this connect's error, not the first task's. The
+    probe asks for no CPU, so a busy cluster still runs it."""
+    import ray
+
+    @ray.remote(num_cpus=0)
+    def ready() -> bool:
+        return True
+
+    try:
+        ray.get(ready.remote(), timeout=ENV_READY_TIMEOUT_S)
+    except ray.exceptions.RuntimeEnvSetupError as exc:
+        disconnect()
+        raise _env_failed(info, runtime_env_failure(str(exc)) or str(exc)) from None
+
+
+def _alive(mode: str) -> bool:
+    if mode == DRIVER:
+        return _driver_alive()
+    return _client_alive()
+
+
+def _driver_alive() -> bool:
+    """The GCS still answers this driver. After a head went (a resume, a restart) calls
+    would wait for it, so connecting again must not be a no-op."""
+    try:
+        import ray
+
+        if not ray.is_initialized():
+            return False
+        _gcs_probe(timeout=5)
+        return True
+    except Exception:  # unreachable, or Ray's private state differs: not alive
+        return False
+
+
+def _gcs_probe(timeout: float = driver_watch.PROBE_EVERY_S) -> None:
+    """Raises unless this driver's GCS answers within `timeout` seconds."""
+    import ray
+
+    gcs: Any = getattr(ray._private.worker.global_worker, "gcs_client")  # noqa: B009
+    gcs.internal_kv_get(b"raylab-probe", None, timeout=timeout)
+
+
+def report_lost() -> driver_watch.Lost | None:
+    """If the head of the cluster this kernel drives went away: disconnect (in the calling
+    thread, which must be the main one) and return what to tell the user, once."""
+    lost = driver_watch.take_lost()
+    if lost is None or _current is None or _current.cluster != lost.cluster:
+        return None
+    disconnect()
+    _auto_init(False)  # a ray.get now must not quietly start a Ray of its own
+    return lost
+
+
+def _auto_init(enabled: bool) -> None:
+    """Ray's own `ray.init()` on the first call of an unconnected process: off once a
+    cluster was lost (the user meant that cluster), back on with the next connect."""
+    with contextlib.suppress(Exception):  # Ray's private module may differ
+        from ray._private import auto_init_hook
+
+        if enabled:
+            enabled = os.environ.get("RAY_ENABLE_AUTO_CONNECT", "") != "0"
+        auto_init_hook.enable_auto_connect = enabled
+
+
+def _client_alive() -> bool:
     """Ray Client's connection is still up. After its server went (the head pod was
     replaced: a resume, a restart) the data channel is shut down while
     ray.is_initialized() still says yes, so connecting again must not be a no-op."""
@@ -165,6 +277,9 @@ def disconnect() -> str | None:
     global _current
     was = _current
     _current = None
+    if was is not None and was.watch is not None:
+        was.watch.stop()
+    live_code.stop()
     if "ray" in sys.modules:
         import ray
 
@@ -173,7 +288,7 @@ def disconnect() -> str | None:
                 ray.shutdown()
         except Exception as exc:  # a Ray Client whose head went away ("closed channel")
             logging.getLogger("raylab").debug("ray.shutdown: %s", exc)
-        if was is not None:
+        if was is not None and was.mode == CLIENT:
             # A Ray Client whose server went away (the head was replaced) no longer
             # counts as initialized, yet stays registered, and ray.init would refuse.
             from ray.util import client_connect

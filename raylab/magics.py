@@ -73,6 +73,8 @@ class RayclusterMagics(Magics):
             NotebookOutput(), prog="%raycluster", may_connect=True,
             cells=lambda: [str(c) for c in shell.user_ns.get("In", [])],
         )  # fmt: skip
+        shell.events.register("pre_run_cell", self._lost_head)
+        shell.events.register("post_run_cell", self._lost_head)
         shell.events.register("post_run_cell", self._after_cell)
 
     @line_magic
@@ -88,6 +90,15 @@ class RayclusterMagics(Magics):
             raise UsageError(exc.message + (f"\n{exc.detail}" if exc.detail else "")) from None
         except KeyboardInterrupt:
             print("Interrupted. Nothing was deleted: `%raycluster list` shows your clusters.")
+
+    def _lost_head(self, _: Any = None) -> None:
+        """Said once, in the cell that was stopped or the next one: the head this kernel
+        drove went away (driver_watch.py)."""
+        from .connect import report_lost
+
+        lost = report_lost()
+        if lost is not None:
+            print(lost.message(), file=sys.stderr)
 
     def _after_cell(self, result: Any) -> None:
         """With c.Raylab.sync_pip: a plain `%pip install` also reaches the cluster."""

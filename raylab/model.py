@@ -30,6 +30,7 @@ class Phase(StrEnum):
 class Endpoints:
     client: str | None = None  # ray://host:port for Ray Client
     dashboard: str | None = None  # http://host:port of the Ray dashboard
+    gcs: str | None = None  # host:port of the head's GCS, where a direct driver connects
 
 
 @dataclass(frozen=True)

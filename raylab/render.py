@@ -189,12 +189,23 @@ def card_fields(
         fields.append(("Ray", f"{info.ray_version} · Python {info.python_version or '?'}"))
     if info.environment is not None:
         fields.append(("Environment", environment_text(info.environment)))
-    if info.endpoints.client:
-        fields.append(("Client", info.endpoints.client))
+    connection = connection_text(info)
+    if connection:
+        fields.append(("Connection", connection))
     idle = idle_text(info, now)
     if idle and not suspended_text(info):  # a suspension's reason is in the phase already
         fields.append(("Idle", idle))
     return fields
+
+
+def connection_text(info: ClusterInfo) -> str:
+    """How a kernel on this server reaches the cluster: as a direct Ray driver where its
+    nodes can reach the kernel back (the local backend), else through Ray Client."""
+    if info.endpoints.gcs:
+        return f"Ray driver at {info.endpoints.gcs}"
+    if info.endpoints.client:
+        return f"Ray Client at {info.endpoints.client}"
+    return ""
 
 
 def keep_running_hint(info: ClusterInfo, prog: str = "%raycluster") -> str:

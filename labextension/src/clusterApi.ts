@@ -73,7 +73,12 @@ export interface ICluster {
   workers_desired: number;
   /** Epoch seconds. */
   created: number;
-  endpoints: { client: string | null; dashboard: string | null };
+  endpoints: {
+    client: string | null;
+    dashboard: string | null;
+    /** The GCS where a kernel on this server drives the cluster directly. */
+    gcs?: string | null;
+  };
   namespace: string | null;
   ray_version: string | null;
   python_version: string | null;

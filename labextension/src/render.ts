@@ -229,8 +229,9 @@ export function cardFields(
   if (cluster.environment) {
     fields.push(['Environment', environmentText(cluster.environment)]);
   }
-  if (cluster.endpoints.client) {
-    fields.push(['Client', cluster.endpoints.client]);
+  const connection = connectionText(cluster);
+  if (connection) {
+    fields.push(['Connection', connection]);
   }
   const idle = idleText(cluster, nowS);
   if (idle && !suspendedText(cluster, nowS)) {
@@ -251,6 +252,17 @@ export function connectCode(cluster: ICluster): string {
 /** Phases in which the cluster runs processes (or pods) that can be suspended. */
 export function canSuspend(phase: Phase): boolean {
   return phase !== 'Suspended' && phase !== 'Deleting';
+}
+
+/** How a kernel on this server reaches the cluster (render.connection_text). */
+export function connectionText(cluster: ICluster): string {
+  if (cluster.endpoints.gcs) {
+    return `Ray driver at ${cluster.endpoints.gcs}`;
+  }
+  if (cluster.endpoints.client) {
+    return `Ray Client at ${cluster.endpoints.client}`;
+  }
+  return '';
 }
 
 /** Phases in which a Ray Client connection can succeed. */

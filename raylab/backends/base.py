@@ -126,6 +126,11 @@ class Backend(Protocol):
         """Where this process reaches the cluster's Ray Client (may open a tunnel)."""
         ...
 
+    def driver_address(self, info: ClusterInfo) -> str | None:
+        """Where this process can be a direct Ray driver of the cluster (its GCS, which
+        must reach back to this machine), or None: only through Ray Client."""
+        ...
+
     def dashboard_address(self, info: ClusterInfo) -> str | None:
         """Where this process reaches the cluster's dashboard (may open a tunnel)."""
         ...

@@ -150,7 +150,12 @@ class Commands:
         def done(now: ClusterInfo) -> bool:
             if connect and not connecting.started and now.head_ready:
                 self._say_pip(prepared)
-                view.update(note="Connecting this kernel through Ray Client…")
+                how = (
+                    "as a Ray driver"
+                    if service.backend.driver_address(now)
+                    else "through Ray Client"
+                )
+                view.update(note=f"Connecting this kernel {how}…")
                 connecting.start(lambda: self._connect(now, service, prepared, args.backend))
             return _ready(now) and (not connect or connecting.finished())
 
@@ -164,6 +169,7 @@ class Commands:
         view.update(info, note="")
         self.out.line(self._connected_note(info) if connect else render.connect_code(info))
         if connect:
+            self._client_limits()
             self._drift()
         return info
 
@@ -226,6 +232,7 @@ class Commands:
         # Remembered once it works: a package that breaks the connect is not kept.
         info = envs.remember(service, info, prepared)
         self.out.line(self._connected_note(info))
+        self._client_limits()
         self._drift()
         return info
 
@@ -423,6 +430,7 @@ class Commands:
             runtime_env=runtime_env,
             environment=prepared.fingerprint,
             dashboard=service.backend.dashboard_address(info),
+            driver=service.backend.driver_address(info),
             then=then,
         )
         self._connected_backend = backend
@@ -441,16 +449,37 @@ class Commands:
         for warning in drift.check(self.cells()):
             self.out.warn(warning)
 
+    def _client_limits(self) -> None:
+        """Once per kernel: what a Ray Client connection cannot do, and the way round."""
+        from .. import connect
+
+        global _client_limits_said
+        if connect.connected_mode() != connect.CLIENT or _client_limits_said:
+            return
+        _client_limits_said = True
+        self.out.warn(
+            "this kernel is outside the cluster's network, so it drives the cluster "
+            "through Ray Client: Ray Data does not work through it, and each call and "
+            "object costs more than in a driver; run the notebook where the cluster's "
+            f"pods can reach it, or submit long runs as Ray jobs (`{self.prog} env "
+            "NAME` gives `ray job submit` the cluster's address and token)"
+        )
+
     def _connected_note(self, info: ClusterInfo) -> str:
-        from ..connect import connected_address
+        from ..connect import DRIVER, connected_address, connected_mode
 
         env = info.environment
         shipped = render.environment_text(env) if env else ""
         what = f" with {shipped}" if env and shipped != "nothing synced" else ""
-        return (
-            f"Connected this kernel to {info.name} "
-            f"({connected_address() or info.endpoints.client}){what}; use ray.remote as usual."
-        )
+        where = connected_address() or info.endpoints.client
+        if connected_mode() == DRIVER:
+            how = f"as a Ray driver ({where}, on the cluster's network)"
+        else:
+            how = f"({where}) through Ray Client"
+        return f"Connected this kernel to {info.name} {how}{what}; use ray.remote as usual."
+
+
+_client_limits_said = False  # per kernel process
 
 
 def _existing(service: ClusterService, name: str | None) -> ClusterInfo | None:

@@ -94,7 +94,7 @@ def test_the_notebook_card_and_the_terminal_card_show_those_rows(
 def test_the_fixture_covers_every_row() -> None:
     keys = {k for case in CASES for k, _ in case["rows"]}
     assert keys == {"Phase", "Workers", "Autoscaling", "GPUs", "Per worker", "Age", "Elapsed",
-                    "Owner", "Ray", "Environment", "Client", "Idle"}  # fmt: skip
+                    "Owner", "Ray", "Environment", "Connection", "Idle"}  # fmt: skip
 
 
 @pytest.mark.skipif(not RENDER_JS.is_file(), reason="labextension not built (npm run build:lib)")

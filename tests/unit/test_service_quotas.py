@@ -109,6 +109,9 @@ class FakeInMemoryBackend:
     ) -> Iterator[object]:
         return iter(())
 
+    def driver_address(self, info: ClusterInfo) -> str | None:
+        return None
+
     def client_address(self, info: ClusterInfo) -> str | None:
         return None
 

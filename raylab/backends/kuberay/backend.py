@@ -373,6 +373,11 @@ class KubeRayBackend:
         """Where Ray Client reaches `info`: the head Service in a pod, else a port-forward."""
         return self._address(info, CLIENT_PORT, "ray")
 
+    def driver_address(self, info: ClusterInfo) -> str | None:
+        # A kernel in a pod could join the cluster as a node that offers nothing and drive
+        # it directly; until then, Ray Client (in the cluster or through a port-forward).
+        return None
+
     def dashboard_address(self, info: ClusterInfo) -> str:
         return self._address(info, DASHBOARD_PORT, "http")
 

@@ -382,6 +382,10 @@ class LocalBackend:
     def client_address(self, info: ClusterInfo) -> str | None:
         return info.endpoints.client
 
+    def driver_address(self, info: ClusterInfo) -> str | None:
+        # Every node runs on this machine, so its workers can fetch this kernel's objects.
+        return info.endpoints.gcs
+
     def dashboard_address(self, info: ClusterInfo) -> str | None:
         return info.endpoints.dashboard
 
@@ -525,6 +529,7 @@ class LocalBackend:
             endpoints = Endpoints(
                 client=f"ray://{host}:{state.ports['client']}",
                 dashboard=f"http://127.0.0.1:{state.ports['dashboard']}",
+                gcs=f"{host}:{state.ports['gcs']}",
             )
         return ClusterInfo(
             name=name,
