@@ -10,7 +10,6 @@ connect again.
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,22 +20,9 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from raylab.connect import DRIVER, connected_address, connected_cluster, connected_mode
+from tests.local.test_magics import run
 
 NAME = "driver1"
-
-
-def run(shell: InteractiveShell, line: str) -> str:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        shell.run_line_magic("raycluster", line)
-    return out.getvalue()
-
-
-@pytest.fixture(scope="module")
-def shell() -> InteractiveShell:
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "raylab")
-    return ip
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ from nbformat import NotebookNode
 from raylab.backends.local.backend import LocalBackend
 from raylab.model import Phase
 from tests.conftest import processes_of_this_session
+from tests.local.kernels import nothing_left, run
 from tests.local.test_notebook import text_of
 
 NAME = "restart1"
@@ -52,13 +53,6 @@ def printed(cell: NotebookNode) -> list[str]:
     """What the cell printed itself: its stdout. A Ray driver also gets the cluster's
     daemons' error lines (`(pid=gcs_server) …`) on stderr, as any Ray script does."""
     return "".join(o.text for o in cell.outputs if o.get("name") == "stdout").split()
-
-
-def run(client: NotebookClient, source: str) -> NotebookNode:
-    """Execute one cell in the client's kernel (an error in it fails the test)."""
-    cell = nbformat.v4.new_code_cell(source)
-    client.nb.cells.append(cell)
-    return client.execute_cell(cell, len(client.nb.cells) - 1)
 
 
 def restart(client: NotebookClient, now: bool) -> None:
@@ -104,42 +98,36 @@ class PhaseWatch:
 
 def test_kernel_restart_then_connect_reattaches_untouched(state_dir: Path) -> None:
     client = NotebookClient(nbformat.v4.new_notebook(), timeout=600, kernel_name="python3")
-    try:
-        with client.setup_kernel():
+    with nothing_left(state_dir, NAME), client.setup_kernel():
+        run(client, "%load_ext raylab")
+        up = run(client, f"%raycluster up --name {NAME} --workers 1 --cpus 1 --memory 1Gi")
+        assert f"Connected this kernel to {NAME}" in text_of(up)
+        assert printed(run(client, COUNT)) == ["1", "1.0"]
+        kernel_pid = text_of(run(client, FRESH)).split()[0]
+        nodes = node_processes(state_dir)
+        assert sorted(label.split()[0] for label in nodes) == [
+            "gcs_server", "head-0", "raylet", "raylet", "worker-1",
+        ]  # fmt: skip
+
+        watch = PhaseWatch(state_dir)
+        for visit, now in ((2, False), (3, True)):
+            restart(client, now=now)
+            # A new kernel: another process, with no Ray imported yet.
+            fresh = text_of(run(client, FRESH)).split()
+            assert fresh[0] != kernel_pid, fresh
+            assert fresh[1] == "False", fresh
+            kernel_pid = fresh[0]
+
             run(client, "%load_ext raylab")
-            up = run(client, f"%raycluster up --name {NAME} --workers 1 --cpus 1 --memory 1Gi")
-            assert f"Connected this kernel to {NAME}" in text_of(up)
-            assert printed(run(client, COUNT)) == ["1", "1.0"]
-            kernel_pid = text_of(run(client, FRESH)).split()[0]
-            nodes = node_processes(state_dir)
-            assert sorted(label.split()[0] for label in nodes) == [
-                "gcs_server", "head-0", "raylet", "raylet", "worker-1",
-            ]  # fmt: skip
+            connected = run(client, f"%raycluster connect {NAME}")
+            said = text_of(connected)
+            assert f"Connected this kernel to {NAME} as a Ray driver (127.0.0.1:" in said
+            assert printed(run(client, COUNT)) == [str(visit), "1.0"]
+            assert node_processes(state_dir) == nodes, f"after restart (now={now})"
 
-            watch = PhaseWatch(state_dir)
-            for visit, now in ((2, False), (3, True)):
-                restart(client, now=now)
-                # A new kernel: another process, with no Ray imported yet.
-                fresh = text_of(run(client, FRESH)).split()
-                assert fresh[0] != kernel_pid, fresh
-                assert fresh[1] == "False", fresh
-                kernel_pid = fresh[0]
+        phases = watch.close()
+        assert phases, "the phase was never read"
+        assert set(phases) == {Phase.READY}, phases
 
-                run(client, "%load_ext raylab")
-                connected = run(client, f"%raycluster connect {NAME}")
-                said = text_of(connected)
-                assert f"Connected this kernel to {NAME} as a Ray driver (127.0.0.1:" in said
-                assert printed(run(client, COUNT)) == [str(visit), "1.0"]
-                assert node_processes(state_dir) == nodes, f"after restart (now={now})"
-
-            phases = watch.close()
-            assert phases, "the phase was never read"
-            assert set(phases) == {Phase.READY}, phases
-
-            down = run(client, f"%raycluster down {NAME}")
-            assert text_of(down).strip() == f"Deleted {NAME}."
-    finally:
-        backend = LocalBackend(state_dir)
-        if backend.get(NAME) is not None:  # the test failed before `down`
-            backend.delete(NAME)
-    assert processes_of_this_session() == []
+        down = run(client, f"%raycluster down {NAME}")
+        assert text_of(down).strip() == f"Deleted {NAME}."
