@@ -31,7 +31,8 @@ def test_the_readme_card_is_what_up_shows() -> None:
         reason="waiting for workers", head_ready=True, workers_ready=1, workers_desired=2,
         spec=ClusterSpec(name="demo", gpus=2, gpu_type="a100", workers=2, cpus="12",
                          memory="96Gi"),
-        created=now - 14, endpoints=Endpoints(client="ray://127.0.0.1:40123", gcs="127.0.0.1:40121"),
+        created=now - 14,
+        endpoints=Endpoints(client="ray://127.0.0.1:40123", gcs="127.0.0.1:40121"),
         ray_version="2.60.0", python_version="3.11", logical_gpus=True,
         environment=ClusterEnvironment(working_dir="/nb", working_dir_bytes=int(3.2 * 2**20)),
     )  # fmt: skip
