@@ -65,13 +65,6 @@ def clusters() -> Iterator[dict[str, ClusterInfo]]:
                 service().delete(name)
 
 
-@pytest.fixture(scope="module")
-def shell() -> InteractiveShell:
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "raylab")
-    return ip
-
-
 def token_file(state_dir: Path, name: str) -> Path:
     return state_dir / name / auth.TOKEN_FILE
 

@@ -72,13 +72,6 @@ def cluster() -> Iterator[ClusterInfo]:
             svc.delete(NAME)
 
 
-@pytest.fixture(scope="module")
-def shell() -> InteractiveShell:
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "raylab")
-    return ip
-
-
 def magic(shell: InteractiveShell, line: str) -> str:
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):

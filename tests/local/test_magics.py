@@ -34,13 +34,6 @@ def run(shell: InteractiveShell, line: str) -> str:
     return out.getvalue()
 
 
-@pytest.fixture(scope="module")
-def shell() -> InteractiveShell:
-    ip = InteractiveShell.instance()
-    ip.run_line_magic("load_ext", "raylab")
-    return ip
-
-
 def run_with_warnings(shell: InteractiveShell, line: str) -> tuple[str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
