@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 PROBE_EVERY_S = 2.0
 LOST_AFTER_S = 8.0
@@ -79,11 +79,11 @@ _lost_lock = threading.Lock()
 
 def _lose(lost: Lost) -> None:
     global _lost
-    waiting = _main_waits_in_ray()
+    lost = replace(lost, interrupted=_main_waits_in_ray())
     with _lost_lock:
-        _lost = Lost(lost.cluster, lost.address, lost.since, interrupted=waiting)
+        _lost = lost
     _log.info("%s", lost.message())
-    if waiting:
+    if lost.interrupted:
         _thread.interrupt_main()  # a KeyboardInterrupt where the cell waits
 
 
