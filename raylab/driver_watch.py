@@ -60,15 +60,17 @@ class Watch:
         self._stop.set()
 
     def _run(self) -> None:
-        answered = time.time()
+        # Silence is timed on the monotonic clock: a step of the wall clock (NTP, a
+        # resumed VM) must not read as a head that stopped answering.
+        answered, answered_at = time.time(), time.monotonic()
         while not self._stop.wait(PROBE_EVERY_S):
             try:
                 self._probe()
-                answered = time.time()
+                answered, answered_at = time.time(), time.monotonic()
                 continue
             except Exception as exc:  # any failure to answer counts the same
                 _log.debug("GCS probe of %s failed: %s", self.cluster, exc)
-            if time.time() - answered >= LOST_AFTER_S and not self._stop.is_set():
+            if time.monotonic() - answered_at >= LOST_AFTER_S and not self._stop.is_set():
                 _lose(Lost(self.cluster, self.address, answered))
                 return
 

@@ -122,7 +122,7 @@ class Commands:
         # A shell has no notebook folder: the CLI sets an environment only when asked, and
         # the first kernel that connects gives the cluster its own folder.
         remember = self.may_connect or options.any_given
-        started = time.time()
+        started, began = time.time(), time.monotonic()  # shown; timed
         info, created = service.create(request, prepared.environment if remember else None)
         if created:
             if prepared.values_changed:
@@ -160,7 +160,7 @@ class Commands:
             return _ready(now) and (not connect or connecting.finished())
 
         try:
-            info = service.wait(info.name, done, max(1.0, timeout - (time.time() - started)),
+            info = service.wait(info.name, done, max(1.0, timeout - (time.monotonic() - began)),
                                 view)  # fmt: skip
         except Exception:  # not on an interrupt: that returns at once
             connecting.settle()

@@ -24,6 +24,7 @@ from nbclient import NotebookClient
 from nbformat import NotebookNode
 
 from raylab.backends.local.backend import LocalBackend
+from raylab.backends.local.node import started
 from raylab.model import Phase
 from tests.conftest import processes_of_this_session
 from tests.local.kernels import nothing_left, run
@@ -62,16 +63,16 @@ def restart(client: NotebookClient, now: bool) -> None:
     run_sync(client.kc.wait_for_ready)(timeout=120)
 
 
-def node_processes(state_dir: Path) -> dict[str, tuple[int, float]]:
+def node_processes(state_dir: Path) -> dict[str, tuple[int, float | None]]:
     """The cluster's long-lived processes, by what they are: (pid, start time)."""
     found = {}
     for node in json.loads((state_dir / NAME / "cluster.json").read_text())["nodes"]:
         label = f"{node['role']}-{node['index']} supervisor"
-        found[label] = (node["pid"], psutil.Process(node["pid"]).create_time())
+        found[label] = (node["pid"], started(node["pid"]))
     for proc in processes_of_this_session():
         with contextlib.suppress(psutil.Error):
             if proc.name() in DAEMONS:
-                found[f"{proc.name()} {proc.pid}"] = (proc.pid, proc.create_time())
+                found[f"{proc.name()} {proc.pid}"] = (proc.pid, started(proc.pid))
     return found
 
 

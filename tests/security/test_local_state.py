@@ -25,11 +25,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 from tornado.httpclient import HTTPClientError
 
 from raylab.backends.local.backend import STATE_FILE, LocalBackend
+from raylab.backends.local.node import started
 from raylab.backends.local.tempdir import private_temp_root
 from raylab.config import Settings
 from raylab.errors import BackendUnavailable, NotFound
@@ -153,7 +153,7 @@ def forged_state(folder: Path, victim: subprocess.Popen[bytes], precious: Path) 
         "owner": "alice", "created": time.time(), "ray_version": "2.60.0",
         "python_version": "3.11", "ports": {"gcs": 1, "client": 2, "dashboard": 3},
         "nodes": [{"role": "head", "index": 0, "pid": victim.pid,
-                   "create_time": psutil.Process(victim.pid).create_time(),
+                   "started": started(victim.pid),
                    "log": "/etc/hostname", "temp_dir": str(precious)}],
     }  # fmt: skip
     path = folder / STATE_FILE

@@ -592,7 +592,7 @@ def _skip(path: Path, why: str) -> None:
 
 
 def _ref(node: NodeProcess) -> str:
-    return node_ref(node.pid, node.create_time, node.log)
+    return node_ref(node.pid, node.started, node.log)
 
 
 def _find_ray() -> str:

@@ -1,6 +1,6 @@
 """Supervisor of one local Ray node:
 `python -m raylab.backends.local.node TRIES AGENT_PORT [--needs NODE] -- ray start ...`
-where NODE is `PID:CREATE_TIME:LOG` of another node's supervisor.
+where NODE is `PID:STARTED:LOG` of another node's supervisor (STARTED: `started`).
 
 Three things make a node come up on a small, busy machine:
 
@@ -22,6 +22,7 @@ the process group.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -38,9 +39,50 @@ RESTART_MARK = "[raylab] the node exited"
 WAIT_MARK = "[raylab] not starting"
 
 
-def node_ref(pid: int, create_time: float, log: str) -> str:
+def node_ref(pid: int, started_at: float, log: str) -> str:
     """How one supervisor names another on its command line."""
-    return f"{pid}:{create_time!r}:{log}"
+    return f"{pid}:{started_at!r}:{log}"
+
+
+def started(pid: int) -> float | None:
+    """When process `pid` started, on a clock that no time step moves (None: it is gone).
+
+    On Linux, seconds since boot (the starttime of /proc/PID/stat). psutil's create_time
+    adds the boot time as the wall clock sees it at each call, so a clock step (NTP, a
+    paused or forked VM) made a live node look like a stranger that had reused its pid,
+    and its cluster Failed with nothing wrong. Elsewhere the creation time, which those
+    kernels store once.
+    """
+    try:
+        if sys.platform.startswith("linux"):
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                # The name in parentheses may hold spaces: count from after it.
+                fields = fh.read().rpartition(b")")[2].split()
+            return int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        return psutil.Process(pid).create_time()
+    except (OSError, IndexError, ValueError, psutil.Error):
+        return None
+
+
+def same_process(pid: int, started_at: float) -> psutil.Process | None:
+    """Process `pid` if it is the one that started at `started_at` (not a later one that
+    reused the pid); a zombie included."""
+    now = started(pid)
+    if now is None or abs(now - started_at) > 0.5:
+        return None
+    try:
+        return psutil.Process(pid)
+    except psutil.Error:
+        return None
+
+
+def running(pid: int, started_at: float) -> bool:
+    """Whether that process still runs (a zombie has ended)."""
+    proc = same_process(pid, started_at)
+    try:
+        return proc is not None and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _is_up(log: str) -> bool:
@@ -51,23 +93,13 @@ def _is_up(log: str) -> bool:
         return False
 
 
-def _running(pid: int, create_time: float) -> bool:
-    try:
-        proc = psutil.Process(pid)
-        return abs(proc.create_time() - create_time) <= 0.5 and (
-            proc.status() != psutil.STATUS_ZOMBIE
-        )
-    except psutil.Error:
-        return False
-
-
 def wait_for(ref: str) -> bool:
     """Block until the node is up (True) or its supervisor has ended without (False)."""
     pid, created, log = ref.split(":", 2)
     while True:
         if _is_up(log):
             return True
-        if not _running(int(pid), float(created)):
+        if not running(int(pid), float(created)):
             return _is_up(log)
         time.sleep(0.2)
 

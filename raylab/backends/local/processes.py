@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -18,6 +19,7 @@ import psutil
 
 from ...auth import AUTH_ENV
 from ..base import CLIENT_SERVER_ENV
+from .node import running, same_process, started
 from .tempdir import is_inside, private_temp_root
 
 # Every process of a node carries its cluster's name here (set at spawn, inherited by
@@ -52,7 +54,7 @@ class NodeProcess:
     role: str  # "head" | "worker"
     index: int  # 0 for the head, 1.. for workers
     pid: int  # also the session id of everything the node spawned
-    create_time: float  # tells our process from a later one that reused the pid
+    started: float  # tells our process from a later one that reused the pid (node.started)
     log: str
     temp_dir: str = ""  # the node's own Ray temp dir (sockets, session logs)
     ports: dict[str, int] = field(default_factory=dict)  # its agents' ports (local_ports.py)
@@ -62,6 +64,11 @@ class NodeProcess:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> NodeProcess:
+        if "create_time" in data and "started" not in data:
+            # Written by an earlier raylab: psutil's wall-clock creation time.
+            old = data
+            data = {k: v for k, v in old.items() if k != "create_time"}
+            data["started"] = _since_boot(old["create_time"])
         return cls(**data)
 
     def well_typed(self) -> bool:
@@ -69,7 +76,7 @@ class NodeProcess:
             isinstance(self.role, str)
             and isinstance(self.index, int)
             and isinstance(self.pid, int)
-            and isinstance(self.create_time, int | float)
+            and isinstance(self.started, int | float)
             and isinstance(self.log, str)
             and isinstance(self.temp_dir, str)
             and isinstance(self.ports, dict)
@@ -102,21 +109,18 @@ def spawn(
         )
     # Reap it when it exits, so a dead node is not a zombie that still looks alive.
     threading.Thread(target=proc.wait, daemon=True, name=f"raylab-reap-{proc.pid}").start()
-    try:
-        created = psutil.Process(proc.pid).create_time()
-    except psutil.Error:
-        created = 0.0
-    return NodeProcess(role, index, proc.pid, created, str(log), temp_dir, ports or {})
+    at = started(proc.pid) or 0.0
+    return NodeProcess(role, index, proc.pid, at, str(log), temp_dir, ports or {})
+
+
+def _since_boot(create_time: Any) -> Any:
+    if not isinstance(create_time, int | float) or not sys.platform.startswith("linux"):
+        return create_time
+    return create_time - psutil.boot_time()
 
 
 def alive(node: NodeProcess) -> bool:
-    try:
-        proc = psutil.Process(node.pid)
-        if abs(proc.create_time() - node.create_time) > 0.5:
-            return False  # the pid now belongs to someone else
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+    return running(node.pid, node.started)
 
 
 _started: set[tuple[str, int]] = set()
@@ -169,7 +173,7 @@ def stop_sessions(nodes: Iterable[NodeProcess], cluster: str, grace: float = 15.
 
 
 def _end_sessions(nodes: list[NodeProcess], cluster: str, grace: float) -> None:
-    sids = {n.pid for n in nodes if n.create_time}
+    sids = {n.pid for n in nodes if n.started}
     ours = [p for p in session_members(sids) if belongs(p, cluster)]
     if not ours:
         return
@@ -200,11 +204,7 @@ def _sid(proc: psutil.Process) -> int | None:
 
 def _process(node: NodeProcess) -> psutil.Process | None:
     """The node's own process, if it still runs (not a later one with its pid)."""
-    try:
-        proc = psutil.Process(node.pid)
-        return proc if abs(proc.create_time() - node.create_time) <= 0.5 else None
-    except psutil.Error:
-        return None
+    return same_process(node.pid, node.started)
 
 
 def _wait_gone(sids: set[int], cluster: str, timeout: float) -> bool:
