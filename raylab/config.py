@@ -81,6 +81,14 @@ class Raylab(Configurable):
         help="KubeRay: NetworkPolicies around every new cluster, so that only its own pods, "
         "its owner's notebook pod, the KubeRay operator and monitoring reach its Ray ports.",
     ).tag(config=True)
+    kernel_joins_cluster = Bool(
+        True,
+        help="KubeRay: a kernel in a pod of the same Kubernetes joins its cluster as a Ray "
+        "node that offers nothing (no CPUs, no GPUs) and drives it as a real Ray driver "
+        "(Ray Data works; calls and objects cost what they cost in any Ray script). Its "
+        "pod must admit the ports of docs/zero-to-jupyterhub.md from the clusters' pods. "
+        "False: such kernels use Ray Client, as a laptop does.",
+    ).tag(config=True)
     notebook_pod_labels = Dict(
         Unicode(),
         default_value={"component": "singleuser-server", "hub.jupyter.org/username": "{username}"},

@@ -14,6 +14,7 @@ an error that does not say what to do; we compare before connecting.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import os
 import sys
@@ -23,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from . import auth, driver_watch, live_code
+from . import auth, driver_watch, joined_node, live_code
 from .errors import BackendUnavailable
 from .model import ClusterInfo
 from .sync.errors import RuntimeEnvFailed, runtime_env_failure
@@ -37,6 +38,11 @@ ENV_READY_TIMEOUT_S = 900.0
 # kernel would die with its variables. driver_watch.py notices the loss first instead.
 DRIVER_GCS_TIMEOUT_ENV = "RAY_gcs_rpc_server_reconnect_timeout_s"
 DRIVER_GCS_TIMEOUT_S = 7 * 24 * 3600
+# How long a joined node's first task may take to read an object of this kernel's: no
+# answer means the cluster's pods cannot reach this pod (a NetworkPolicy).
+REACH_BACK_TIMEOUT_S = 60.0
+REACH_BACK_BYTES = 1024 * 1024  # above Ray's 100 KiB inline limit: fetched, not inlined
+HEAD_RESOURCE = "node:__internal_head__"
 
 
 @dataclass
@@ -47,6 +53,9 @@ class _Connection:
     environment: str = ""  # fingerprint of the runtime_env it was made with
     mode: str = CLIENT  # DRIVER: a direct Ray driver; CLIENT: through Ray Client
     watch: driver_watch.Watch | None = None  # a driver's: notices the head going away
+    node: joined_node.JoinedNode | None = None  # a driver's own node (joined_node.py)
+    requested: str = ""  # the address asked for (a driver's, even if it fell back)
+    why_client: str = ""  # why Ray Client when a driver was asked for
 
 
 _current: _Connection | None = None
@@ -67,6 +76,11 @@ def connected_mode() -> str | None:
     return _current.mode if _current else None
 
 
+def why_client() -> str:
+    """Why this kernel uses Ray Client where it could have been a driver ("" if not so)."""
+    return _current.why_client if _current else ""
+
+
 def connect(
     info: ClusterInfo,
     timeout: float = 60.0,
@@ -76,13 +90,16 @@ def connect(
     environment: str = "",
     dashboard: str | None = None,
     driver: str | None = None,
+    join: bool = False,
     then: Callable[[], None] | None = None,
 ) -> None:
     """Attach this process to the cluster; a no-op when already attached to it with the
     same environment.
 
     `driver`: the GCS address (HOST:PORT) where this process can be a direct Ray driver
-    (None: only Ray Client can reach the cluster from here).
+    (None: only Ray Client can reach the cluster from here); `join`: this process first
+    joins the cluster as a node of its own (joined_node.py), and falls back to Ray Client,
+    saying why, when it cannot.
     `address` overrides the cluster's own client endpoint (KubeRay from outside
     Kubernetes: a local port-forward); `token` is the cluster's Ray token (None for a
     cluster made with token auth off). `runtime_env` is Ray's (built by runtime_env.py)
@@ -90,10 +107,9 @@ def connect(
     `dashboard` is where to read the head's own versions before Ray Client tries (and
     fails less clearly). `then` runs once connected, before any work is sent (it puts
     what the workers read as they start: sync/kv_values.py); if it fails, so does this."""
-    global _current
-    mode = DRIVER if driver else CLIENT
-    address = driver or address or info.endpoints.client
-    if not address:
+    client = address or info.endpoints.client
+    requested = driver or client
+    if not requested:
         raise BackendUnavailable(
             f"cluster {info.name!r} has no Ray Client endpoint yet (phase {info.phase})",
             detail=f"`%raycluster status {info.name}` shows why",
@@ -101,31 +117,93 @@ def connect(
     if (
         _current
         and _current.cluster == info.name
-        and _current.address == address
+        and _current.requested == requested
         and _current.environment == environment
         and _alive(_current.mode)
     ):
         return
     check_versions(info, running_versions(dashboard or info.endpoints.dashboard, token))
+    disconnect()
+    attach = _Attach(info, token, runtime_env, environment, timeout, then)
+    if driver is None:
+        attach.run(CLIENT, requested)
+        return
+    try:
+        attach.run(DRIVER, driver, join)
+    except joined_node.JoinFailed as exc:
+        disconnect()
+        if not client:
+            raise BackendUnavailable(
+                f"cannot drive cluster {info.name!r} from here: {exc.reason}",
+                detail="and it has no Ray Client endpoint to fall back on",
+            ) from None
+        attach.run(CLIENT, client)
+        assert _current is not None
+        _current.why_client = exc.reason
+    assert _current is not None
+    _current.requested = requested
+
+
+@dataclass
+class _Attach:
+    """One way of attaching (as a driver, through Ray Client), tried in turn."""
+
+    info: ClusterInfo
+    token: str | None
+    runtime_env: dict[str, Any] | None
+    environment: str
+    timeout: float
+    then: Callable[[], None] | None
+
+    def run(self, mode: str, address: str, join: bool = False) -> None:
+        global _current
+        # A copy each try: ray.init replaces the folder in it with its upload's URI.
+        info, runtime_env = self.info, copy.deepcopy(self.runtime_env)
+        auth.use_token(self.token)
+        # Before ray.init, which replaces the folder in `runtime_env` with its upload's URI.
+        folder = str((runtime_env or {}).get("working_dir") or os.getcwd())
+        node = joined_node.join(address) if join else None
+        if mode == DRIVER:
+            os.environ.setdefault(DRIVER_GCS_TIMEOUT_ENV, str(DRIVER_GCS_TIMEOUT_S))
+        try:
+            context = _init(info, address, mode, runtime_env, self.timeout)
+        except BaseException:
+            if node is not None:
+                node.leave()
+            raise
+        _current = _Connection(info.name, address, context, self.environment, mode, node=node)
+        _auto_init(True)
+        if mode == DRIVER:
+            _current.watch = driver_watch.Watch(info.name, address, _gcs_probe)
+            _current.watch.start()
+        live_code.follow(folder)
+        if self.then is not None:
+            try:
+                self.then()
+            except BaseException:
+                disconnect()  # workers would start without what `then` gives them
+                raise
+        pip = bool(runtime_env and runtime_env.get("pip"))
+        if mode == DRIVER and (pip or node is not None):
+            _first_task(info, pip, reach_back=node is not None)
+
+
+def _init(
+    info: ClusterInfo, address: str, mode: str, runtime_env: dict[str, Any] | None,
+    timeout: float,
+) -> Any:  # fmt: skip
     import ray
 
-    disconnect()
-    auth.use_token(token)
-    # Before ray.init, which replaces the folder in `runtime_env` with its upload's URI.
-    folder = str((runtime_env or {}).get("working_dir") or os.getcwd())
-    if mode == DRIVER:
-        os.environ.setdefault(DRIVER_GCS_TIMEOUT_ENV, str(DRIVER_GCS_TIMEOUT_S))
     deadline = time.monotonic() + timeout
     while True:
         try:
             with _quiet_thread_warning():
-                context = ray.init(
+                return ray.init(
                     address,
                     logging_level=logging.WARNING,
                     log_to_driver=True,
                     runtime_env=runtime_env or None,
                 )
-            break
         except ConnectionError as exc:
             failure = runtime_env_failure(str(exc))
             if failure is not None:  # retrying would fail the same way, minutes later
@@ -141,20 +219,6 @@ def connect(
                     f"{info.name}` show the cluster's state",
                 ) from None
             time.sleep(0.5)
-    _current = _Connection(info.name, address, context, environment, mode)
-    _auto_init(True)
-    if mode == DRIVER:
-        _current.watch = driver_watch.Watch(info.name, address, _gcs_probe)
-        _current.watch.start()
-    live_code.follow(folder)
-    if then is not None:
-        try:
-            then()
-        except BaseException:
-            disconnect()  # workers would start without what `then` gives them
-            raise
-    if mode == DRIVER and runtime_env and runtime_env.get("pip"):
-        _environment_ready(info)
 
 
 def _env_failed(info: ClusterInfo, failure: str) -> RuntimeEnvFailed:
@@ -165,21 +229,40 @@ def _env_failed(info: ClusterInfo, failure: str) -> RuntimeEnvFailed:
     )
 
 
-def _environment_ready(info: ClusterInfo) -> None:
-    """Have the cluster make the job's environment now, as Ray Client does on connect: a
-    package that cannot install is then this connect's error, not the first task's. The
-    probe asks for no CPU, so a busy cluster still runs it."""
+def _first_task(info: ClusterInfo, pip: bool, reach_back: bool) -> None:
+    """One task before the user's, on the head node.
+
+    With pip packages: the cluster makes the job's environment now, as Ray Client does on
+    connect, so a package that cannot install is this connect's error, not the first
+    task's. From a joined node (`reach_back`): the task reads an object of this kernel's,
+    which the head must fetch from this pod, so a pod the cluster cannot reach (a
+    NetworkPolicy) is found now (JoinFailed) rather than as a hang later. The task asks for
+    no CPU, so a busy cluster still runs it; it is pinned to the head, where a task that
+    asks for nothing would otherwise start on this kernel's own node."""
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     @ray.remote(num_cpus=0)
-    def ready() -> bool:
-        return True
+    def first(data: Any) -> int:
+        return len(data or b"")
 
+    nodes = ray.nodes()  # type: ignore[no-untyped-call]
+    head = next(n["NodeID"] for n in nodes if n["Alive"] and HEAD_RESOURCE in n["Resources"])
+    payload = ray.put(b"r" * REACH_BACK_BYTES) if reach_back else None
+    wait = ENV_READY_TIMEOUT_S if pip else REACH_BACK_TIMEOUT_S
+    strategy = NodeAffinitySchedulingStrategy(head, soft=False)
     try:
-        ray.get(ready.remote(), timeout=ENV_READY_TIMEOUT_S)
+        ray.get(first.options(scheduling_strategy=strategy).remote(payload), timeout=wait)
     except ray.exceptions.RuntimeEnvSetupError as exc:
         disconnect()
         raise _env_failed(info, runtime_env_failure(str(exc)) or str(exc)) from None
+    except ray.exceptions.GetTimeoutError:
+        if not reach_back:
+            raise
+        raise joined_node.JoinFailed(
+            f"the cluster's pods did not reach this pod's Ray node within {wait:.0f} s "
+            "(its ports of docs/zero-to-jupyterhub.md must admit them)"
+        ) from None
 
 
 def _alive(mode: str) -> bool:
@@ -295,6 +378,8 @@ def disconnect() -> str | None:
 
             with contextlib.suppress(Exception):
                 client_connect.disconnect()  # type: ignore[no-untyped-call]
+    if was is not None and was.node is not None:
+        was.node.leave()  # after the driver: nothing of this kernel is left in the cluster
     if was:
         auth.forget_token()
     return was.cluster if was else None

@@ -53,6 +53,9 @@ class Backend(Protocol):
     # Whether it scales between --min-workers and --max-workers by itself (KubeRay's
     # autoscaler); where it does not, such a request is refused rather than ignored.
     autoscales: bool
+    # Whether a direct driver here must first join the cluster as a node of its own
+    # (joined_node.py): no raylet of the cluster runs where this process runs.
+    driver_joins: bool
 
     def quota_lock(
         self, owner: str, *, namespace: str | None = None

@@ -431,6 +431,7 @@ class Commands:
             environment=prepared.fingerprint,
             dashboard=service.backend.dashboard_address(info),
             driver=service.backend.driver_address(info),
+            join=service.backend.driver_joins,
             then=then,
         )
         self._connected_backend = backend
@@ -457,8 +458,13 @@ class Commands:
         if connect.connected_mode() != connect.CLIENT or _client_limits_said:
             return
         _client_limits_said = True
+        where = (
+            "this kernel could not join the cluster as a Ray node"
+            if connect.why_client()
+            else "this kernel is outside the cluster's network"
+        )
         self.out.warn(
-            "this kernel is outside the cluster's network, so it drives the cluster "
+            f"{where}, so it drives the cluster "
             "through Ray Client: Ray Data does not work through it, and each call and "
             "object costs more than in a driver; run the notebook where the cluster's "
             f"pods can reach it, or submit long runs as Ray jobs (`{self.prog} env "
@@ -466,7 +472,7 @@ class Commands:
         )
 
     def _connected_note(self, info: ClusterInfo) -> str:
-        from ..connect import DRIVER, connected_address, connected_mode
+        from ..connect import DRIVER, connected_address, connected_mode, why_client
 
         env = info.environment
         shipped = render.environment_text(env) if env else ""
@@ -474,6 +480,8 @@ class Commands:
         where = connected_address() or info.endpoints.client
         if connected_mode() == DRIVER:
             how = f"as a Ray driver ({where}, on the cluster's network)"
+        elif why_client():
+            how = f"({where}) through Ray Client, not as a Ray driver: {why_client()}"
         else:
             how = f"({where}) through Ray Client"
         return f"Connected this kernel to {info.name} {how}{what}; use ray.remote as usual."

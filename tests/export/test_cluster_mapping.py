@@ -89,7 +89,11 @@ def test_gpu_cluster_becomes_a_kuberay_interactive_job(load: Any) -> None:
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists",
                                    "effect": "NoSchedule"}]  # fmt: skip
-    assert group["rayStartParams"] == {"num-gpus": "2"}
+    assert group["rayStartParams"] == {
+        "num-gpus": "2",
+        "node-manager-port": "8076",
+        "object-manager-port": "8077",
+    }
     labels = group["template"]["metadata"]["labels"]
     assert "raylab.io/owner" not in labels
     assert labels["raylab.io/pipeline"] == "gpu_mapping"

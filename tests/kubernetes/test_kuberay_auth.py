@@ -155,6 +155,16 @@ def test_network_policies_fence_the_head_and_the_workers(
     assert {p["port"] for p in client_rule["ports"]} == {10001, 8265}
     workers = found[f"{cluster}-ray-workers"]["spec"]["ingress"]
     assert workers[0] == {"from": [{"podSelector": {"matchLabels": {"ray.io/cluster": cluster}}}]}
+    # A direct driver (the notebook pod joined as a node): the GCS and, on every node,
+    # the fixed node and object manager ports and Ray's worker range. Not the operator.
+    driver = [{"port": 8076, "protocol": "TCP"}, {"port": 8077, "protocol": "TCP"},
+              {"port": 10002, "endPort": 19999, "protocol": "TCP"}]  # fmt: skip
+    notebook = [peer({"component": "singleuser-server", "hub.jupyter.org/username": "alice"},
+                     "jhub")]  # fmt: skip
+    gcs = {"port": 6379, "protocol": "TCP"}
+    assert head["ingress"][2] == {"from": notebook, "ports": [gcs, *driver]}
+    assert workers[1]["from"] == notebook
+    assert workers[1]["ports"] == driver
 
 
 def test_bob_cannot_read_alices_secret(

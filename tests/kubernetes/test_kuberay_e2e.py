@@ -211,23 +211,68 @@ def strip_ansi(text: str) -> str:
 # process node, with its service account's token and KUBERNETES_SERVICE_HOST from the
 # kubelet. raylab connects through the head Service's DNS name, with no port-forward.
 IN_CLUSTER = """\
-import json, ray
+import json, time, psutil, ray
 from IPython.core.interactiveshell import InteractiveShell
 shell = InteractiveShell.instance()
 shell.run_line_magic("load_ext", "raylab")
 shell.run_line_magic("raycluster", "connect NAME --backend kuberay")
-from raylab.connect import connected_address
+from raylab import connect
 @ray.remote(num_gpus=1)
 def where():
     return ray.util.get_node_ip_address()
-print(json.dumps({"address": connected_address(), "gpus": ray.cluster_resources().get("GPU"),
-                  "ips": sorted(set(ray.get([where.remote() for _ in range(4)])))}))
+@ray.remote(num_gpus=1)
+def size(block):
+    return len(block)
+seen = {"address": connect.connected_address(), "mode": connect.connected_mode(),
+        "why": connect.why_client(), "gpus": ray.cluster_resources().get("GPU"),
+        "ips": sorted(set(ray.get([where.remote() for _ in range(4)])))}
+if seen["mode"] == "driver":
+    mine = [n for n in ray.nodes() if n["Alive"]
+            and n["NodeManagerAddress"] == ray.util.get_node_ip_address()]
+    seen["own_node"] = [{k: v for k, v in n["Resources"].items() if k in ("CPU", "GPU")}
+                        for n in mine]
+    ds = ray.data.range(3000).map_batches(lambda b: {"id": b["id"] * 2})
+    seen["data_sum"] = ds.sum("id")
+    seen["put_read_by_worker"] = ray.get(size.remote(ray.put(b"x" * 30_000_000)))
+shell.run_line_magic("raycluster", "disconnect")
+time.sleep(1)
+seen["left"] = sorted(p.name() for p in psutil.process_iter()
+                      if p.name() in ("raylet", "plasma_store", "gcs_server"))
+print(json.dumps(seen))
 """.replace("NAME", NAME)
 
 
-def test_a_kernel_inside_kubernetes_connects_through_the_service_dns_name(
+def notebook_pod(name: str, shm: str) -> dict[str, Any]:
+    """A notebook pod as Zero to JupyterHub makes one (its own service account and
+    config), with a memory-backed /dev/shm of `shm` (docs/zero-to-jupyterhub.md)."""
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "serviceAccountName": "notebook",
+            "restartPolicy": "Never",
+            "nodeSelector": {"raylab.io/process-node": "true"},
+            "tolerations": [{"key": "raylab.io/process-node", "operator": "Exists"}],
+            "containers": [{
+                "name": "notebook", "image": "jupyter/singleuser:not-pulled",
+                "command": ["python", "-c", IN_CLUSTER],
+                "env": [{"name": "JUPYTERHUB_USER", "value": "alice"},
+                        {"name": "JUPYTER_CONFIG_DIR", "value": "/mnt/jupyter"}],
+                "volumeMounts": [{"name": "jupyter", "mountPath": "/mnt/jupyter"},
+                                 {"name": "shm", "mountPath": "/dev/shm"}],
+            }],
+            "volumes": [{"name": "jupyter", "configMap": {"name": "jupyter"}},
+                        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": shm}}],
+        },
+    }  # fmt: skip
+
+
+def test_a_kernel_inside_kubernetes_joins_the_cluster_and_drives_it(
     session: Session, up: str
 ) -> None:
+    """A kernel in a pod (in-cluster config, its own service account) is a real Ray
+    driver: it joins the cluster as a node that offers nothing, Ray Data and large objects
+    work, and its node leaves with it. A pod whose shared memory cannot hold a Ray node
+    connects through Ray Client and says why."""
     core = k8s_client.CoreV1Api(session.admin)
     ns = session.namespace
     call_json(core.create_namespaced_service_account, ns, {"metadata": {"name": "notebook"}})
@@ -242,37 +287,41 @@ def test_a_kernel_inside_kubernetes_connects_through_the_service_dns_name(
     call_json(
         core.create_namespaced_config_map, ns, {"metadata": {"name": "jupyter"}, "data": files}
     )
-    pod = {
-        "metadata": {"name": "notebook"},
-        "spec": {
-            "serviceAccountName": "notebook",
-            "restartPolicy": "Never",
-            "nodeSelector": {"raylab.io/process-node": "true"},
-            "tolerations": [{"key": "raylab.io/process-node", "operator": "Exists"}],
-            "containers": [{
-                "name": "notebook", "image": "jupyter/singleuser:not-pulled",
-                "command": ["python", "-c", IN_CLUSTER],
-                "env": [{"name": "JUPYTERHUB_USER", "value": "alice"},
-                        {"name": "JUPYTER_CONFIG_DIR", "value": "/mnt/jupyter"}],
-                "volumeMounts": [{"name": "jupyter", "mountPath": "/mnt/jupyter"}],
-            }],
-            "volumes": [{"name": "jupyter", "configMap": {"name": "jupyter"}}],
-        },
-    }  # fmt: skip
-    call_json(core.create_namespaced_pod, ns, pod)
+    call_json(core.create_namespaced_pod, ns, notebook_pod("notebook", "1Gi"))
+    call_json(core.create_namespaced_pod, ns, notebook_pod("small-shm", "64Mi"))
 
-    def finished() -> str | None:
-        body = call_json(core.read_namespaced_pod, "notebook", ns)
-        return str(body["status"].get("phase")) if body["status"].get("phase") in (
-            "Succeeded", "Failed") else None  # fmt: skip
+    def result(pod: str) -> dict[str, Any]:
+        def finished() -> str | None:
+            phase = call_json(core.read_namespaced_pod, pod, ns)["status"].get("phase")
+            return str(phase) if phase in ("Succeeded", "Failed") else None
 
-    phase = wait_until("the in-cluster notebook to finish", finished, timeout=240, interval=1)
-    log = core.read_namespaced_pod_log("notebook", ns, _preload_content=False).data.decode()
-    assert phase == "Succeeded", log
-    result = json.loads([line for line in log.splitlines() if line.startswith("{")][-1])
-    assert result["address"] == f"ray://{NAME}-head-svc.{ns}.svc:10001"
-    assert result["gpus"] == 2.0
-    assert result["ips"] == sorted(p["status"]["podIP"] for p in session.pods()["worker"])
+        phase = wait_until(f"the in-cluster notebook {pod} to finish", finished,
+                           timeout=300, interval=1)  # fmt: skip
+        log = core.read_namespaced_pod_log(pod, ns, _preload_content=False).data.decode()
+        assert phase == "Succeeded", log
+        found: dict[str, Any] = json.loads(
+            [line for line in log.splitlines() if line.startswith("{")][-1]
+        )
+        return found
+
+    workers = sorted(p["status"]["podIP"] for p in session.pods()["worker"])
+    driver = result("notebook")
+    assert driver["mode"] == "driver", driver
+    assert driver["address"] == f"{NAME}-head-svc.{ns}.svc:6379"
+    assert driver["gpus"] == 2.0
+    assert driver["ips"] == workers  # GPU tasks ran on the workers, none on its own node
+    assert driver["own_node"] == [{}]  # its node offers no CPU and no GPU
+    assert driver["data_sum"] == 2 * sum(range(3000))  # Ray Data needs a real driver
+    assert driver["put_read_by_worker"] == 30_000_000  # a worker pulled it from the pod
+    assert driver["left"] == []  # no raylet left in the pod after `disconnect`
+    # Ray itself counts the head and the two workers again: the kernel's node left.
+    assert json.loads(session.value("print(ray_nodes(3, 2))")) == {"nodes": 3, "gpus": 2}
+
+    client = result("small-shm")
+    assert client["mode"] == "client", client
+    assert client["address"] == f"ray://{NAME}-head-svc.{ns}.svc:10001"
+    assert "/dev/shm: 64 MiB" in client["why"], client
+    assert client["ips"] == workers
 
 
 def test_the_version_check_reads_the_running_head(session: Session, up: str) -> None:

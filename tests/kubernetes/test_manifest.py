@@ -61,12 +61,14 @@ def test_a100_workers_get_gpus_node_selection_and_tolerations() -> None:
     assert worker["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     ]
-    assert group["rayStartParams"] == {"num-gpus": "2"}
+    # Fixed ports on every node, which the NetworkPolicies name for a direct driver.
+    fixed = {"node-manager-port": "8076", "object-manager-port": "8077"}
+    assert group["rayStartParams"] == {"num-gpus": "2", **fixed}
     # The head: no GPUs, no GPU toleration, does no work while there are workers.
     assert "nvidia.com/gpu" not in json.dumps(head)
     assert head["containers"][0]["resources"]["limits"] == {"cpu": "2", "memory": "8Gi"}
     params = m["spec"]["headGroupSpec"]["rayStartParams"]
-    assert params == {"dashboard-host": "0.0.0.0", "num-gpus": "0", "num-cpus": "0"}
+    assert params == {"dashboard-host": "0.0.0.0", "num-gpus": "0", "num-cpus": "0", **fixed}
     ports = {p["name"]: p["containerPort"] for p in head["containers"][0]["ports"]}
     assert ports == {"gcs-server": 6379, "dashboard": 8265, "client": 10001}
     assert "enableInTreeAutoscaling" not in m["spec"]

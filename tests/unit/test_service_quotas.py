@@ -32,6 +32,7 @@ class FakeInMemoryBackend:
 
     name = "fake"
     restarts_nodes = False
+    driver_joins = False
     autoscales = False
 
     def __init__(self) -> None:

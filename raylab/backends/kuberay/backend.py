@@ -29,6 +29,7 @@ from .errors import ALL_NAMESPACES, Call, Refused, api_errors, translate
 from .manifest import (
     CLIENT_PORT,
     DASHBOARD_PORT,
+    GCS_PORT,
     HEAD_CONTAINER,
     IDLE_ANNOTATION,
     MANAGED_BY,
@@ -70,6 +71,7 @@ _forwards_lock = threading.Lock()
 class KubeRayBackend:
     name = "kuberay"
     restarts_nodes = True
+    driver_joins = True
     autoscales = True
     # The quota Lease: how long a dead holder keeps it, how long a request waits for it.
     quota_lease_s = 15
@@ -374,9 +376,12 @@ class KubeRayBackend:
         return self._address(info, CLIENT_PORT, "ray")
 
     def driver_address(self, info: ClusterInfo) -> str | None:
-        # A kernel in a pod could join the cluster as a node that offers nothing and drive
-        # it directly; until then, Ray Client (in the cluster or through a port-forward).
-        return None
+        # In a pod of the same Kubernetes the kernel joins the cluster as a node that
+        # offers nothing and drives it directly (joined_node.py); from outside (a laptop,
+        # a port-forward) only Ray Client gets through.
+        if not (in_cluster() and self.settings.options.kernel_joins_cluster):
+            return None
+        return f"{info.name}-head-svc.{info.namespace or self.namespace}.svc:{GCS_PORT}"
 
     def dashboard_address(self, info: ClusterInfo) -> str:
         return self._address(info, DASHBOARD_PORT, "http")

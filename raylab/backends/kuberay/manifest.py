@@ -37,6 +37,17 @@ WORKER_CONTAINER = "ray-worker"
 GCS_PORT = 6379
 DASHBOARD_PORT = 8265
 CLIENT_PORT = 10001
+# The ports a direct driver (a kernel in a pod, joined as a node: joined_node.py) uses on
+# every node besides the head's GCS: fixed, so the NetworkPolicies can name them. Ray
+# picks the node manager and object manager ports at random unless told; its worker
+# processes listen in its default range, stated here.
+NODE_MANAGER_PORT = 8076
+OBJECT_MANAGER_PORT = 8077
+WORKER_PORTS = (10002, 19999)
+# A kernel's own node: a (node manager, object manager) pair from this range per kernel
+# of the notebook pod, which its NetworkPolicy admits from the clusters' pods (with
+# WORKER_PORTS: the driver listens there too).
+KERNEL_NODE_PORTS = (8078, 8097)
 # rayproject/ray images run as user `ray`: uid 1000, primary group `users` (100).
 RAY_UID = 1000
 RAY_GID = 100
@@ -108,7 +119,11 @@ def raycluster_manifest(
     python_version = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
     labels = cluster_labels(owner, spec.gpu_type)
     has_workers = spec.workers > 0 or spec.autoscaling
-    head_params = {"dashboard-host": "0.0.0.0", "num-gpus": "0"}  # 0.0.0.0: the head Service
+    fixed_ports = {
+        "node-manager-port": str(NODE_MANAGER_PORT),
+        "object-manager-port": str(OBJECT_MANAGER_PORT),
+    }
+    head_params = {"dashboard-host": "0.0.0.0", "num-gpus": "0", **fixed_ports}
     if has_workers:
         head_params["num-cpus"] = "0"  # tasks go to the workers, the head only coordinates
     else:
@@ -121,7 +136,7 @@ def raycluster_manifest(
     head = _container(HEAD_CONTAINER, image, head_cpus, head_memory, {}, head_ports)
     head["env"] = [{"name": k, "value": v} for k, v in CLIENT_SERVER_ENV.items()] + ray_env
     worker_resources: dict[str, str] = {}
-    worker_params: dict[str, str] = {}
+    worker_params: dict[str, str] = dict(fixed_ports)
     if spec.gpus_per_worker:
         worker_resources[profile.resource_key] = str(spec.gpus_per_worker)
         # Explicit, so a resource key other than nvidia.com/gpu still counts as GPUs.

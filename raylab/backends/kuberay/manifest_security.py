@@ -16,7 +16,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...auth import AUTH_MODE_ENV, SECRET_KEY, TOKEN_ENV
-from .manifest import CLIENT_PORT, DASHBOARD_PORT
+from .manifest import (
+    CLIENT_PORT,
+    DASHBOARD_PORT,
+    GCS_PORT,
+    NODE_MANAGER_PORT,
+    OBJECT_MANAGER_PORT,
+    WORKER_PORTS,
+)
 
 METRICS_PORT = 8080  # what KubeRay passes to `ray start --metrics-export-port`
 RAY_CLUSTER_LABEL = "ray.io/cluster"  # KubeRay labels every pod of a cluster with this
@@ -75,6 +82,14 @@ def _ports(*numbers: int) -> list[dict[str, Any]]:
     return [{"protocol": "TCP", "port": n} for n in numbers]
 
 
+def _driver_ports() -> list[dict[str, Any]]:
+    """What a direct driver (a kernel joined as a node) reaches on every node of the
+    cluster: its node manager, its object manager and its workers."""
+    low, high = WORKER_PORTS
+    return [*_ports(NODE_MANAGER_PORT, OBJECT_MANAGER_PORT),
+            {"protocol": "TCP", "port": low, "endPort": high}]  # fmt: skip
+
+
 def network_policies(
     cluster: str,
     namespace: str,
@@ -87,9 +102,11 @@ def network_policies(
 
     Every pod of the cluster talks to every other; the head's Ray Client and dashboard
     ports also admit `clients` (the owner's notebook pod, peers the admin adds) and the
-    KubeRay operator (which reads the dashboard for RayJobs); `monitoring` may scrape
-    metrics. Nothing else reaches a Ray port. Pod labels are chosen by whoever makes a
-    pod, so this separates users only when each user has a namespace of their own.
+    KubeRay operator (which reads the dashboard for RayJobs); `clients` also reach what a
+    direct driver needs (the head's GCS, every node's node manager, object manager and
+    worker ports); `monitoring` may scrape metrics. Nothing else reaches a Ray port. Pod
+    labels are chosen by whoever makes a pod, so this separates users only when each
+    user has a namespace of their own.
     """
     same_cluster = {"podSelector": {"matchLabels": {RAY_CLUSTER_LABEL: cluster}}}
     head_rules: list[dict[str, Any]] = [
@@ -97,6 +114,9 @@ def network_policies(
         {"from": [*clients, operator], "ports": _ports(CLIENT_PORT, DASHBOARD_PORT)},
     ]
     worker_rules: list[dict[str, Any]] = [{"from": [same_cluster]}]
+    if clients:  # an empty `from` would admit everyone
+        head_rules.append({"from": list(clients), "ports": [*_ports(GCS_PORT), *_driver_ports()]})
+        worker_rules.append({"from": list(clients), "ports": _driver_ports()})
     if monitoring is not None:
         for rules in (head_rules, worker_rules):
             rules.append({"from": [monitoring], "ports": _ports(METRICS_PORT)})

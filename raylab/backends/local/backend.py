@@ -136,6 +136,7 @@ class LocalBackend:
     # A node is started again only until it first comes up (local_node.py); one that
     # exits after that, or never came up in its tries, stays down.
     restarts_nodes = False
+    driver_joins = False
     autoscales = False
     # The per-cluster calls' `namespace` is ignored: this machine's clusters have none.
 

@@ -1,0 +1,212 @@
+"""The kernel's own Ray node in a cluster whose pods share its network (KubeRay, with the
+notebook in a pod of the same Kubernetes).
+
+A Ray driver needs a raylet on its own machine: `ray.init("HOST:6379")` from a pod without
+one is refused. So the kernel joins the cluster as a node that offers nothing to schedule
+(no CPUs, no GPUs) and drives the cluster through it: `ray.put` is a copy into this pod's
+shared memory that workers pull from, and each call is one hop. The node is the kernel's:
+it leaves when the kernel disconnects, switches cluster or exits, and a supervisor
+watching the kernel's pid ends it even when the kernel is killed outright, so no raylet is
+left in the user's pod.
+
+Run as `python -m raylab.joined_node KERNEL_PID LOG -- ray start ... --block` (the
+supervisor); `join` starts it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from .backends.kuberay.manifest import KERNEL_NODE_PORTS
+
+READY_TEXT = "Ray runtime started"
+JOIN_TIMEOUT_S = 60.0
+# The object store: 30 % of the pod's memory as Ray would take, but within its /dev/shm
+# (Ray falls back to a slow disk-backed store beyond it) and small beside the workers'.
+OBJECT_STORE_SHARE = 0.3
+SHM_SHARE = 0.8
+OBJECT_STORE_MAX_BYTES = 4 * 1024**3
+OBJECT_STORE_MIN_BYTES = 100 * 1024**2  # Ray refuses less than 75 MiB
+
+
+class JoinFailed(Exception):
+    """This pod cannot join the cluster; `reason` says why and what to do, in one line."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class JoinedNode:
+    """A running node of this kernel; `leave` ends it (idempotent)."""
+
+    supervisor: subprocess.Popen[bytes]
+    log: Path
+    ports: tuple[int, int]  # node manager, object manager
+
+    def leave(self, timeout: float = 15.0) -> None:
+        if self.supervisor.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.supervisor.send_signal(signal.SIGTERM)
+            try:
+                self.supervisor.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.supervisor.pid, signal.SIGKILL)
+                self.supervisor.wait(5)
+        shutil.rmtree(self.log.parent, ignore_errors=True)
+
+
+def object_store_bytes(shm: Path = Path("/dev/shm")) -> int:
+    """What this node's object store may hold; JoinFailed when shared memory is too small
+    for Ray's minimum."""
+    try:
+        shm_bytes = shutil.disk_usage(shm).total
+    except OSError:
+        shm_bytes = 0
+    wanted = min(int(_memory_limit() * OBJECT_STORE_SHARE), int(shm_bytes * SHM_SHARE))
+    if wanted < OBJECT_STORE_MIN_BYTES:
+        have = f"{shm_bytes // 1024**2} MiB" if shm_bytes else "none"
+        raise JoinFailed(
+            f"this pod's shared memory (/dev/shm: {have}) is too small for a Ray node; give "
+            "the notebook pod a memory-backed /dev/shm of at least 512 MiB "
+            "(docs/zero-to-jupyterhub.md)"
+        )
+    return min(wanted, OBJECT_STORE_MAX_BYTES)
+
+
+def _memory_limit() -> int:
+    """The pod's memory limit (its cgroup's), else the machine's memory."""
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        with contextlib.suppress(OSError, ValueError):
+            limit = int(Path(path).read_text().strip())
+            if limit < psutil.virtual_memory().total:
+                return limit
+    return int(psutil.virtual_memory().total)
+
+
+def free_ports() -> tuple[int, int]:
+    """The first free (node manager, object manager) pair of the range the cluster's
+    NetworkPolicies and the notebook pod's admit: one pair per kernel of the pod."""
+    low, high = KERNEL_NODE_PORTS
+    for first in range(low, high, 2):
+        if _free(first) and _free(first + 1):
+            return first, first + 1
+    raise JoinFailed(
+        f"every port pair of {low}-{high} is taken in this pod (one per connected kernel); "
+        "disconnect a kernel that no longer needs its cluster"
+    )
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def join(gcs: str, timeout: float = JOIN_TIMEOUT_S) -> JoinedNode:
+    """Start this kernel's node in the cluster at `gcs` (HOST:PORT) and wait until it is
+    up. The environment already holds the cluster's token (auth.use_token)."""
+    store = object_store_bytes()
+    ray = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
+    if not Path(ray).exists():
+        raise JoinFailed("the `ray` command is not installed beside this kernel's Python")
+    ports = free_ports()
+    folder = Path(tempfile.mkdtemp(prefix="raylab-node-"))
+    log = folder / "ray-start.log"
+    argv = [
+        ray, "start", f"--address={gcs}", "--num-cpus=0", "--num-gpus=0",
+        f"--object-store-memory={store}", f"--node-manager-port={ports[0]}",
+        f"--object-manager-port={ports[1]}", "--disable-usage-stats", "--block",
+    ]  # fmt: skip
+    supervisor = subprocess.Popen(
+        [sys.executable, "-m", "raylab.joined_node", str(os.getpid()), str(log), "--", *argv],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # a kernel interrupt (SIGINT to its group) leaves it be
+    )
+    node = JoinedNode(supervisor, log, ports)
+    deadline = time.monotonic() + timeout
+    while True:
+        text = _read(log)
+        if READY_TEXT in text:
+            return node
+        exited = supervisor.poll() is not None
+        if exited or time.monotonic() >= deadline:
+            node.leave()
+            why = _last_error(text) or (
+                "`ray start` exited" if exited else f"it did not join within {timeout:.0f} s"
+            )
+            raise JoinFailed(
+                f"this pod could not join the cluster as a Ray node ({why}); check that "
+                "the NetworkPolicies admit the ports of docs/zero-to-jupyterhub.md"
+            )
+        time.sleep(0.2)
+
+
+def _read(log: Path) -> str:
+    try:
+        return log.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _last_error(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "Error" in ln or "error" in ln or "failed" in ln]
+    line = errors[-1] if errors else ""
+    return line if len(line) <= 200 else line[:197] + "..."
+
+
+def _supervise(kernel: int, log: Path, argv: list[str]) -> int:
+    """Run `argv` (`ray start --block`) until it ends, SIGTERM arrives or `kernel` exits;
+    then end it (`ray start --block` stops its raylet and agents on SIGTERM)."""
+    stop = False
+
+    def _stop(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with open(log, "wb") as out:
+        node = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+    while node.poll() is None and not stop and os.getppid() == kernel:
+        time.sleep(0.5)
+    # Its raylet and agents, which must not outlive it (nor this).
+    spawned: list[psutil.Process] = []
+    with contextlib.suppress(psutil.Error):
+        spawned = psutil.Process(node.pid).children(recursive=True)
+    if node.poll() is None:
+        node.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            node.wait(10)
+    if node.poll() is None:
+        node.kill()
+    _, alive = psutil.wait_procs(spawned, timeout=10)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    return node.wait()
+
+
+if __name__ == "__main__":
+    kernel_pid, log_path, _, *command = sys.argv[1:]
+    sys.exit(_supervise(int(kernel_pid), Path(log_path), command))

@@ -1,0 +1,137 @@
+"""A kernel's own Ray node (joined_node.py), tried against a real local cluster: it joins
+offering nothing to schedule, and it leaves, on `leave` and when the kernel that made it
+is killed outright, with nothing of it left running or alive in the cluster.
+
+The kernel in a pod that drives a KubeRay cluster through such a node, and the pod that
+cannot join and falls back to Ray Client: tests/kubernetes/test_kuberay_e2e.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psutil
+import pytest
+
+from raylab import joined_node
+from raylab.auth import AUTH_MODE_ENV, TOKEN_PATH_ENV, write_token_file
+from raylab.backends.local.backend import LocalBackend
+from raylab.config import Settings
+from raylab.model import Phase
+from raylab.service import ClusterService
+
+NAME = "join1"
+NODES = """\
+import json, sys, ray
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+print(json.dumps([{"alive": n["Alive"], "port": n["NodeManagerPort"],
+                   "cpu": n["Resources"].get("CPU", 0), "gpu": n["Resources"].get("GPU", 0)}
+                  for n in ray.nodes()]))
+"""
+KERNEL = """\
+import sys, time
+from raylab import joined_node
+node = joined_node.join(sys.argv[1])
+print(node.ports[0], flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.fixture(scope="module")
+def gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A running local cluster's GCS, with its token in this process's environment as
+    `connect` puts it there."""
+    settings = Settings.from_config()
+    service = ClusterService(LocalBackend(settings.local_state_dir()), settings, "alice")
+    service.create({"name": NAME, "workers": 1, "cpus": "1", "memory": "1Gi"})
+    token_file = tmp_path_factory.mktemp("token") / "auth_token"
+    saved = {k: os.environ.get(k) for k in (AUTH_MODE_ENV, TOKEN_PATH_ENV)}
+    try:
+        info = service.wait(NAME, lambda i: i.phase == Phase.READY, timeout=600)
+        token = service.auth_token(NAME)
+        assert token is not None
+        assert info.endpoints.gcs is not None
+        write_token_file(token_file, token)
+        os.environ.update({AUTH_MODE_ENV: "token", TOKEN_PATH_ENV: str(token_file)})
+        yield info.endpoints.gcs
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        service.delete(NAME)
+
+
+def nodes(gcs: str) -> list[dict[str, Any]]:
+    """What Ray's GCS says of every node, read by a driver of its own."""
+    done = subprocess.run([sys.executable, "-c", NODES, gcs], capture_output=True, text=True,
+                          timeout=180, check=True)  # fmt: skip
+    found: list[dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
+def raylets_on(port: int) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.name() == "raylet" and f"--node_manager_port={port}" in proc.cmdline():
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def gone(gcs: str, port: int, timeout: float = 30.0) -> bool:
+    """No raylet of the node runs here, and Ray no longer counts it alive."""
+    deadline = time.monotonic() + timeout
+    while raylets_on(port) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return not raylets_on(port) and not any(n["alive"] and n["port"] == port for n in nodes(gcs))
+
+
+def test_a_joined_node_offers_nothing_and_leaves(gcs: str) -> None:
+    node = joined_node.join(gcs)
+    try:
+        mine = [n for n in nodes(gcs) if n["alive"] and n["port"] == node.ports[0]]
+        assert mine == [{"alive": True, "port": node.ports[0], "cpu": 0, "gpu": 0}]
+        assert raylets_on(node.ports[0])
+    finally:
+        node.leave()
+    assert gone(gcs, node.ports[0])
+    assert not node.log.parent.exists()  # its folder goes with it
+
+
+def test_the_node_leaves_when_its_kernel_is_killed(gcs: str) -> None:
+    kernel = subprocess.Popen([sys.executable, "-c", KERNEL, gcs], stdout=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    try:
+        assert kernel.stdout is not None
+        port = int(kernel.stdout.readline())
+        assert raylets_on(port)
+        kernel.send_signal(signal.SIGKILL)  # as the OOM killer ends a kernel: no clean-up
+        kernel.wait(10)
+        assert gone(gcs, port)
+    finally:
+        kernel.kill()
+
+
+def test_a_second_kernel_of_the_pod_takes_the_next_ports(gcs: str) -> None:
+    first = joined_node.join(gcs)
+    try:
+        second = joined_node.join(gcs)
+        try:
+            assert second.ports == (first.ports[0] + 2, first.ports[1] + 2)
+        finally:
+            second.leave()
+    finally:
+        first.leave()
+    assert gone(gcs, first.ports[0])
+    assert gone(gcs, first.ports[0] + 2)
