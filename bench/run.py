@@ -11,6 +11,7 @@ import bench_auth
 import bench_culler
 import bench_driver
 import bench_import
+import bench_joined_node
 import bench_kuberay_up
 import bench_load
 import bench_ready_latency
@@ -34,6 +35,7 @@ BENCHES = {
     "workdir": bench_workdir.run,
     "culler": bench_culler.run,
     "driver": bench_driver.run,
+    "joined_node": bench_joined_node.run,
 }
 
 
