@@ -9,8 +9,8 @@ it leaves when the kernel disconnects, switches cluster or exits, and a supervis
 watching the kernel's pid ends it even when the kernel is killed outright, so no raylet is
 left in the user's pod.
 
-Run as `python -m raylab.joined_node KERNEL_PID LOG -- ray start ... --block` (the
-supervisor); `join` starts it.
+Run as `python -m raylab.joined_node KERNEL_PID LOG -- COMMAND` (the supervisor, over
+the local backend's node supervisor and its `ray start ... --block`); `join` starts it.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ import psutil
 from .backends.kuberay.manifest import KERNEL_NODE_PORTS
 
 READY_TEXT = "Ray runtime started"
-JOIN_TIMEOUT_S = 60.0
+JOIN_TIMEOUT_S = 120.0  # up to NODE_TRIES starts of `ray start` on a busy machine
+NODE_TRIES = 3
 # The object store: 30 % of the pod's memory as Ray would take, but within its /dev/shm
 # (Ray falls back to a slow disk-backed store beyond it) and small beside the workers'.
 OBJECT_STORE_SHARE = 0.3
@@ -127,16 +128,23 @@ def join(gcs: str, timeout: float = JOIN_TIMEOUT_S) -> JoinedNode:
     ray = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
     if not Path(ray).exists():
         raise JoinFailed("the `ray` command is not installed beside this kernel's Python")
-    ports = free_ports()
+    ports, agent = free_ports(), _any_port()
     folder = Path(tempfile.mkdtemp(prefix="raylab-node-"))
     log = folder / "ray-start.log"
     argv = [
         ray, "start", f"--address={gcs}", "--num-cpus=0", "--num-gpus=0",
         f"--object-store-memory={store}", f"--node-manager-port={ports[0]}",
-        f"--object-manager-port={ports[1]}", "--disable-usage-stats", "--block",
+        f"--object-manager-port={ports[1]}", f"--dashboard-agent-listen-port={agent}",
+        f"--temp-dir={folder / 'ray'}", "--disable-usage-stats", "--block",
     ]  # fmt: skip
+    # The local backend's node supervisor: it tells the raylet its agent's port at once
+    # and starts a node that fell over before it came up again, which is what makes a
+    # node come up on a busy machine (backends/local/node.py).
+    node_argv = [sys.executable, "-m", "raylab.backends.local.node", str(NODE_TRIES),
+                 str(agent), "--", *argv]  # fmt: skip
+    watched = [sys.executable, "-m", "raylab.joined_node", str(os.getpid()), str(log), "--"]
     supervisor = subprocess.Popen(
-        [sys.executable, "-m", "raylab.joined_node", str(os.getpid()), str(log), "--", *argv],
+        [*watched, *node_argv],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -150,15 +158,30 @@ def join(gcs: str, timeout: float = JOIN_TIMEOUT_S) -> JoinedNode:
             return node
         exited = supervisor.poll() is not None
         if exited or time.monotonic() >= deadline:
-            node.leave()
-            why = _last_error(text) or (
-                "`ray start` exited" if exited else f"it did not join within {timeout:.0f} s"
+            why = (
+                _fatal(folder / "ray")
+                or _last_error(text)
+                or ("`ray start` exited" if exited else f"it did not join within {timeout:.0f} s")
             )
+            node.leave()
             raise JoinFailed(
                 f"this pod could not join the cluster as a Ray node ({why}); check that "
                 "the NetworkPolicies admit the ports of docs/zero-to-jupyterhub.md"
             )
         time.sleep(0.2)
+
+
+def _any_port() -> int:
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def _fatal(temp_dir: Path) -> str | None:
+    from .backends.local.backend import fatal_line  # only when joining failed
+
+    return fatal_line(temp_dir)
 
 
 def _read(log: Path) -> str:
@@ -187,7 +210,8 @@ def _supervise(kernel: int, log: Path, argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     with open(log, "wb") as out:
-        node = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+        node = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                start_new_session=True)  # fmt: skip
     while node.poll() is None and not stop and os.getppid() == kernel:
         time.sleep(0.5)
     # Its raylet and agents, which must not outlive it (nor this).
@@ -195,11 +219,15 @@ def _supervise(kernel: int, log: Path, argv: list[str]) -> int:
     with contextlib.suppress(psutil.Error):
         spawned = psutil.Process(node.pid).children(recursive=True)
     if node.poll() is None:
-        node.terminate()
+        # The node supervisor and its `ray start` share a group (`ray start --block`
+        # stops its raylet and agents on SIGTERM).
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(node.pid, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             node.wait(10)
     if node.poll() is None:
-        node.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(node.pid, signal.SIGKILL)
     _, alive = psutil.wait_procs(spawned, timeout=10)
     for proc in alive:
         with contextlib.suppress(psutil.Error):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,14 +46,22 @@ SETTINGS = settings(
 )  # fmt: skip
 
 
+@contextmanager
+def alice_in_a_new_namespace(
+    admin_api: k8s_client.ApiClient, alice_api: k8s_client.ApiClient, prefix: str
+) -> Iterator[ClusterService]:
+    with new_namespace(admin_api, prefix) as namespace:
+        grant(admin_api, namespace, "alice")
+        backend = KubeRayBackend(SETTINGS, api_client=alice_api, namespace=namespace)
+        yield ClusterService(backend, SETTINGS, "alice")
+
+
 @pytest.fixture(scope="module")
 def alice(
     admin_api: k8s_client.ApiClient, alice_api: k8s_client.ApiClient
 ) -> Iterator[ClusterService]:
-    with new_namespace(admin_api, "rl-quota") as namespace:
-        grant(admin_api, namespace, "alice")
-        backend = KubeRayBackend(SETTINGS, api_client=alice_api, namespace=namespace)
-        yield ClusterService(backend, SETTINGS, "alice")
+    with alice_in_a_new_namespace(admin_api, alice_api, "rl-quota") as service:
+        yield service
 
 
 def test_each_quota_at_its_edge_with_clusters_in_use(alice: ClusterService) -> None:
@@ -101,10 +110,8 @@ def fresh(
     admin_api: k8s_client.ApiClient, alice_api: k8s_client.ApiClient
 ) -> Iterator[ClusterService]:
     """alice, with none of her clusters in use yet."""
-    with new_namespace(admin_api, "rl-hold") as namespace:
-        grant(admin_api, namespace, "alice")
-        backend = KubeRayBackend(SETTINGS, api_client=alice_api, namespace=namespace)
-        yield ClusterService(backend, SETTINGS, "alice")
+    with alice_in_a_new_namespace(admin_api, alice_api, "rl-hold") as service:
+        yield service
 
 
 def patch(api: k8s_client.ApiClient, service: ClusterService, name: str, body: Any) -> None:

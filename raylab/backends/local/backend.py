@@ -674,10 +674,13 @@ _FATAL_LOGS = ("raylet.out", "raylet.err", "gcs_server.out", "gcs_server.err")
 
 
 def _fatal_line(node: NodeProcess) -> str | None:
-    """The last fatal line in the Ray logs of the node's latest session, if any."""
-    if not node.temp_dir:
-        return None
-    logs = Path(node.temp_dir) / "session_latest" / "logs"
+    return fatal_line(Path(node.temp_dir)) if node.temp_dir else None
+
+
+def fatal_line(temp_dir: Path) -> str | None:
+    """The last fatal line in the Ray logs of the latest session under `temp_dir` (a
+    node's `--temp-dir`), if any."""
+    logs = temp_dir / "session_latest" / "logs"
     found = None
     for name in _FATAL_LOGS:
         for line in _tail(logs / name, 400).splitlines():
