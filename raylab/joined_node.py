@@ -30,6 +30,7 @@ from pathlib import Path
 import psutil
 
 from .backends.kuberay.manifest import KERNEL_NODE_PORTS
+from .backends.local.ports import bindable
 
 READY_TEXT = "Ray runtime started"
 JOIN_TIMEOUT_S = 120.0  # up to NODE_TRIES starts of `ray start` on a busy machine
@@ -104,21 +105,12 @@ def free_ports() -> tuple[int, int]:
     NetworkPolicies and the notebook pod's admit: one pair per kernel of the pod."""
     low, high = KERNEL_NODE_PORTS
     for first in range(low, high, 2):
-        if _free(first) and _free(first + 1):
+        if bindable(first) and bindable(first + 1):
             return first, first + 1
     raise JoinFailed(
         f"every port pair of {low}-{high} is taken in this pod (one per connected kernel); "
         "disconnect a kernel that no longer needs its cluster"
     )
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("0.0.0.0", port))
-        except OSError:
-            return False
-    return True
 
 
 def join(gcs: str, timeout: float = JOIN_TIMEOUT_S) -> JoinedNode:

@@ -28,7 +28,7 @@ def _ephemeral_start() -> int:
     return 32768  # Linux's default
 
 
-def _bindable(port: int) -> bool:
+def bindable(port: int) -> bool:
     """Free on every address: agents bind the node's IP or all of them."""
     with socket.socket() as s:
         try:
@@ -52,7 +52,7 @@ class PortPicker:
     def take(self) -> int:
         while self.candidates:
             port = self.candidates.pop()
-            if port not in self.taken and _bindable(port):
+            if port not in self.taken and bindable(port):
                 self.taken.add(port)
                 return port
         with socket.socket() as s:
