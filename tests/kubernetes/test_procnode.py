@@ -233,7 +233,9 @@ def test_init_containers_then_crash_loop_back_off(
 ) -> None:
     init = sh("prepare", "echo prepared > /work/note")
     init["volumeMounts"] = [{"name": "work", "mountPath": "/work"}]
-    main = sh("main", f"cat /work/note; {LS_TMP}; echo 'fatal: bad config' >&2; exit 3",
+    # stdout and stderr are two pipes, read apart as a kubelet reads them: lines of the
+    # two keep their order in the log only when they are written apart in time.
+    main = sh("main", f"cat /work/note; {LS_TMP}; sleep 1; echo 'fatal: bad config' >&2; exit 3",
               volumeMounts=[{"name": "work", "mountPath": "/work"}],
               terminationMessagePolicy="FallbackToLogsOnError")  # fmt: skip
     create(admin_api, namespace, pod("crash", main, initContainers=[init],
