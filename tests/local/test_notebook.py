@@ -60,7 +60,9 @@ def test_quickstart_notebook_end_to_end() -> None:
 
     resources = text_of(code[2])
     assert "'GPU': 2.0" in resources, resources
-    placed = ast.literal_eval(text_of(code[3]))  # a list of (devices, node) pairs
+    # The cell's value: Ray may forward a node's log line (log_to_driver) into its streams.
+    [value] = [o for o in code[3].outputs if o.output_type == "execute_result"]
+    placed = ast.literal_eval(value.data["text/plain"])  # a list of (devices, node) pairs
     assert len(placed) == 4
     assert {devices for devices, _ in placed} == {"0", "1"}  # both GPUs of the worker
     assert len({node for _, node in placed}) == 1
