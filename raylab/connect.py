@@ -157,10 +157,10 @@ class _Attach:
 
     def run(self, mode: str, address: str, join: bool = False) -> None:
         global _current
-        # A copy each try: ray.init replaces the folder in it with its upload's URI.
+        # A copy each try, and the folder read first: ray.init replaces the folder in
+        # `runtime_env` with its upload's URI.
         info, runtime_env = self.info, copy.deepcopy(self.runtime_env)
         auth.use_token(self.token)
-        # Before ray.init, which replaces the folder in `runtime_env` with its upload's URI.
         folder = str((runtime_env or {}).get("working_dir") or os.getcwd())
         node = joined_node.join(address) if join else None
         if mode == DRIVER:
