@@ -56,6 +56,9 @@ class _Connection:
     node: joined_node.JoinedNode | None = None  # a driver's own node (joined_node.py)
     requested: str = ""  # the address asked for (a driver's, even if it fell back)
     why_client: str = ""  # why Ray Client when a driver was asked for
+    # What it was made with, before `ray.init` swapped its folders for uploads: a job
+    # submitted from this kernel ships the same (jobs/).
+    runtime_env: dict[str, Any] | None = None
 
 
 _current: _Connection | None = None
@@ -74,6 +77,11 @@ def connected_address() -> str | None:
 def connected_mode() -> str | None:
     """DRIVER or CLIENT (None: not connected)."""
     return _current.mode if _current else None
+
+
+def connected_runtime_env() -> dict[str, Any] | None:
+    """A copy of the runtime env this kernel's connection was made with (None: none)."""
+    return copy.deepcopy(_current.runtime_env) if _current else None
 
 
 def why_client() -> str:
@@ -171,7 +179,8 @@ class _Attach:
             if node is not None:
                 node.leave()
             raise
-        _current = _Connection(info.name, address, context, self.environment, mode, node=node)
+        _current = _Connection(info.name, address, context, self.environment, mode, node=node,
+                               runtime_env=copy.deepcopy(self.runtime_env))  # fmt: skip
         _auto_init(True)
         if mode == DRIVER:
             _current.watch = driver_watch.Watch(info.name, address, _gcs_probe)

@@ -7,11 +7,12 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display as _display
 
 from . import render
 from .commands import CommandError, Commands, HelpShown
+from .commands.jobs import JobValue
 from .errors import RaylabError
 from .model import ClusterInfo
 from .sync.pip import synced_install
@@ -77,11 +78,14 @@ class RayclusterMagics(Magics):
         shell.events.register("post_run_cell", self._lost_head)
         shell.events.register("post_run_cell", self._after_cell)
 
-    @line_magic
-    def raycluster(self, line: str) -> None:
-        """Ray clusters for this notebook: `%raycluster --help` lists the verbs."""
+    @line_cell_magic
+    def raycluster(self, line: str, cell: str | None = None) -> Any:
+        """Ray clusters for this notebook: `%raycluster --help` lists the verbs;
+        `%%raycluster job [NAME]` runs the cell as a Ray Job on the cluster."""
         try:
-            self.commands.run_line(line)
+            done = self.commands.run_line(line) if cell is None else self._cell(line, cell)
+            # A job's value is the cell's (`x = %raycluster job result NAME` too).
+            return done.value if isinstance(done, JobValue) else None
         except HelpShown as shown:
             print(shown, end="")
         except CommandError as exc:
@@ -90,6 +94,20 @@ class RayclusterMagics(Magics):
             raise UsageError(exc.message + (f"\n{exc.detail}" if exc.detail else "")) from None
         except KeyboardInterrupt:
             print("Interrupted. Nothing was deleted: `%raycluster list` shows your clusters.")
+
+    def _cell(self, line: str, cell: str) -> Any:
+        verb, _, rest = line.strip().partition(" ")
+        if verb != "job":
+            raise CommandError(
+                "only `%%raycluster job [NAME]` takes a cell; for the other verbs use one % "
+                "(`%raycluster --help`)"
+            )
+        # In[n] is cell n as Python, this one last (stored before it runs); In[0] is "".
+        # (execution_count is already the next cell's number by now.)
+        shell: Any = self.shell
+        history = [str(c) for c in shell.user_ns.get("In", [])]
+        number = len(history) - 1
+        return self.commands.submit_job(rest, cell, history[1:-1], number)
 
     def _lost_head(self, _: Any = None) -> None:
         """Said once, in the cell that was stopped or the next one: the head this kernel

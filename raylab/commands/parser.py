@@ -33,6 +33,8 @@ VERBS = {
     "culler": "suspend idle clusters and record GPU-hours (a service: JupyterHub, Deployment)",
     "export": EXPORT_HELP,
     "pip": "pip install PKG…: install into this kernel and add to the cluster's environment",
+    "job": "logs|stop|result NAME: a job made by `%%raycluster job` (a cell run as a Ray Job)",
+    "jobs": "the Ray Jobs on your clusters",
 }
 
 
@@ -121,10 +123,19 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     verb("status").add_argument("name", metavar="NAME", nargs="?")
     verb("disconnect")
     add_export_arguments(verb("export"))
+    add_job_arguments(verb("job"), verb("jobs"))
     pip = verb("pip")
     pip.add_argument("action", choices=("install",), metavar="install")
     pip.add_argument("packages", nargs=argparse.REMAINDER, metavar="PKG", help="as for pip")
     return parser
+
+
+def add_job_arguments(job: argparse.ArgumentParser, jobs: argparse.ArgumentParser) -> None:
+    job.add_argument("action", choices=("logs", "stop", "result"), metavar="logs|stop|result")
+    job.add_argument("name", metavar="NAME")
+    job.add_argument("--follow", action="store_true", help="logs: keep streaming until it ends")
+    job.add_argument("--cluster", help="default: the connected cluster, else yours that has it")
+    jobs.add_argument("cluster", metavar="CLUSTER", nargs="?", help="default: all of yours")
 
 
 def _subparser(parser: argparse.ArgumentParser, verb: str) -> argparse.ArgumentParser:

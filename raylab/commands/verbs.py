@@ -366,6 +366,25 @@ class Commands:
             lookup=service.get,
         )
 
+    def do_job(self, args: argparse.Namespace) -> Any:
+        from .jobs import JobVerbs
+
+        return JobVerbs(self).job(args)
+
+    def do_jobs(self, args: argparse.Namespace) -> Any:
+        from .jobs import JobVerbs
+
+        return JobVerbs(self).jobs(args)
+
+    def submit_job(self, line: str, cell: str, earlier: list[str], number: int | None) -> Any:
+        """`%%raycluster job LINE` over `cell`; `earlier`: the cells run before it."""
+        from .jobs import JobVerbs
+
+        try:
+            return JobVerbs(self).submit(line, cell, earlier, number)
+        except SpecError as exc:
+            raise CommandError(exc.for_command_line()) from None
+
     def do_pip(self, args: argparse.Namespace) -> ClusterInfo | None:
         from ..sync.pip import install_in_kernel, parse_install
 

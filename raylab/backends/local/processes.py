@@ -95,6 +95,12 @@ def spawn(
     full_env = {k: v for k, v in os.environ.items() if k not in _STRIP_ENV}
     full_env.update(_RAY_ENV)
     full_env.update(env)
+    # A job's entrypoint (`python …`) runs under the head: the kernel's own Python first,
+    # even where the kernel was started without its environment on PATH.
+    here = os.path.dirname(sys.executable)
+    path = full_env.get("PATH", "")
+    if path.split(os.pathsep)[0] != here:
+        full_env["PATH"] = os.pathsep.join([here, path]) if path else here
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             argv,
