@@ -11,6 +11,7 @@ import bench_auth
 import bench_culler
 import bench_driver
 import bench_import
+import bench_jobs
 import bench_joined_node
 import bench_kuberay_up
 import bench_load
@@ -36,6 +37,7 @@ BENCHES = {
     "culler": bench_culler.run,
     "driver": bench_driver.run,
     "joined_node": bench_joined_node.run,
+    "jobs": bench_jobs.run,
 }
 
 

@@ -46,14 +46,20 @@ def _python_of(cell: Cell, a: Analysis) -> tuple[str, int] | None:
             a.note(cell.number, 1, first, "dropped", "timing only (timeit runs the cell in a "
                    "namespace of its own)")  # fmt: skip
             return None
-        if magic not in _PYTHON_CELL_MAGICS:
+        if magic == "raycluster" and first[2:].split()[1:2] == ["job"]:
+            # A cell the notebook ran as a Ray Job: the pipeline's step runs the same code
+            # on the pipeline's cluster, as a step runs any cell.
+            a.note(cell.number, 1, first, "changed", "%%raycluster job dropped: the step "
+                   "runs its body on the pipeline's cluster")  # fmt: skip
+        elif magic not in _PYTHON_CELL_MAGICS:
             raise ExportError(
                 f"cell {cell.number} is a %%{magic} cell, whose body is not Python; "
                 "a pipeline cannot run it",
                 detail="rewrite it in Python, tag it no-export, or leave it out with "
                 "--cells tagged",
             )
-        a.note(cell.number, 1, first, "changed", f"%%{magic} dropped, its body kept")
+        else:
+            a.note(cell.number, 1, first, "changed", f"%%{magic} dropped, its body kept")
         source, offset = body, skipped
     else:
         offset = 0

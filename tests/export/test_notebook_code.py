@@ -71,6 +71,22 @@ def test_magics_become_dependencies_or_notes_and_never_get_ipython(tmp_path: Pat
     assert "fast" not in "".join(files.values())  # the report names it, never its value
 
 
+def test_a_cell_run_as_a_ray_job_is_a_step_unchanged(tmp_path: Path) -> None:
+    _result, files = export(
+        tmp_path,
+        [
+            "def double(x):\n    return 2 * x",
+            "%%raycluster job train --gpus 1\nimport ray\ntotal = sum(ray.get([ray.remote("
+            "double).remote(i) for i in range(4)]))\ntotal",
+        ],
+    )
+    source = module(files)
+    assert "get_ipython" not in source
+    assert "total = sum(ray.get([ray.remote(double).remote(i) for i in range(4)]))" in source
+    assert "`%%raycluster job train --gpus 1`" in files["EXPORT.md"]
+    assert "the step runs its body on the pipeline's cluster" in files["EXPORT.md"]
+
+
 def test_cell_magics_whose_body_is_not_python_stop_the_export(tmp_path: Path) -> None:
     nb = make_notebook(tmp_path / "nb.ipynb", ["x = 1", "%%bash\necho hi\n"])
     with pytest.raises(ExportError, match=r"cell 2 is a %%bash cell"):
