@@ -151,6 +151,7 @@ def run(rounds: int = 3) -> list[Figure]:
         ),
     ]
 
+
 if __name__ == "__main__":
     emit("a cell as a Ray Job against ray job submit", run(int(os.environ.get("ROUNDS", "3"))),
          "jobs")  # fmt: skip
