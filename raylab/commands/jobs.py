@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import secrets
 import tempfile
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import NotFound
-from ..jobs.api import Job, JobsApi
+from ..jobs.api import Job, JobsApi, check_name, for_cluster
 from ..jobs.errors import JobError
 from ..jobs.result import is_result_line, read_result
 from ..jobs.script import build
@@ -25,8 +24,6 @@ from .parser import CommandError, _Parser, _unknown
 if TYPE_CHECKING:
     from .verbs import Commands
 
-# Ray accepts any submission id; ours are names a user types and a URL carries.
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _SUPERVISOR_LINE = "Running entrypoint for job "
 
 
@@ -68,7 +65,7 @@ class JobVerbs:
             raise CommandError("a job is made from a notebook cell: `%%raycluster job`")
         gpus, cpus = _amount("gpus", args.gpus), _amount("cpus", args.cpus)
         name = args.name or f"cell{number or 0}-{secrets.token_hex(2)}"
-        _check_name(name)
+        check_name(name)
         nonce = secrets.token_hex(8)
         label = _label(number, name)
         script = build(cell, earlier, nonce, label)  # refuses before anything is sent
@@ -101,7 +98,7 @@ class JobVerbs:
     # --- line verbs -------------------------------------------------------------------
 
     def job(self, args: argparse.Namespace) -> Any:
-        _check_name(args.name)
+        check_name(args.name)
         api = self._find(args.name, args.cluster, args.backend)
         if args.action == "logs":
             if args.follow:
@@ -190,10 +187,7 @@ class JobVerbs:
         return connected_runtime_env()
 
     def _api(self, service: Any, info: ClusterInfo) -> JobsApi:
-        dashboard = service.backend.dashboard_address(info) or info.endpoints.dashboard
-        if not dashboard:
-            raise JobError(f"cluster {info.name!r} has no dashboard while {info.phase}")
-        return JobsApi(info.name, dashboard, service.auth_token(info.name))
+        return for_cluster(service, info)
 
     def _find(self, name: str, cluster: str | None, backend: str | None) -> JobsApi:
         from ..connect import connected_cluster
@@ -207,15 +201,6 @@ class JobVerbs:
                 return api
         names = ", ".join(i.name for i in clusters) or "none running"
         raise NotFound(f"no job {name} on {names}", detail=f"`{self.c.prog} jobs` lists them")
-
-
-def _check_name(name: str) -> None:
-    if not NAME.fullmatch(name):
-        shown = ascii(name) if len(name) <= 40 else ascii(name[:37] + "...")
-        raise CommandError(
-            f"{shown} is not a job name; use up to 63 letters, digits, '.', '_' and '-', "
-            "starting with a letter or digit"
-        )
 
 
 def _amount(field: str, text: str | None) -> float | None:

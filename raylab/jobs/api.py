@@ -12,16 +12,23 @@ import asyncio
 import contextlib
 import logging
 import queue
+import re
 import threading
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..auth import bearer
 from ..errors import BackendUnavailable, NotFound
 from .errors import JobError
 
+if TYPE_CHECKING:
+    from ..model import ClusterInfo
+    from ..service import ClusterService
+
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+# Ray accepts any submission id; ours are names a user types and a URL carries.
+JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 META = "raylab"  # metadata keys of a job made by raylab start with this
 
 
@@ -189,6 +196,23 @@ class JobsApi:
             f"the job API of cluster {self.cluster!r} failed: {_first_line(exc)}",
             detail=f"`%raycluster status {self.cluster}` shows the cluster's state",
         )
+
+
+def check_name(name: str) -> None:
+    if not JOB_NAME.fullmatch(name):
+        shown = ascii(name) if len(name) <= 40 else ascii(name[:37] + "...")
+        raise JobError(
+            f"{shown} is not a job name; use up to 63 letters, digits, '.', '_' and '-', "
+            "starting with a letter or digit"
+        )
+
+
+def for_cluster(service: ClusterService, info: ClusterInfo) -> JobsApi:
+    """The job API of one of the caller's clusters (its owner's token: jobs run as them)."""
+    dashboard = service.backend.dashboard_address(info) or info.endpoints.dashboard
+    if not dashboard or not info.head_ready:
+        raise JobError(f"cluster {info.name!r} runs no jobs while {info.phase}")
+    return JobsApi(info.name, dashboard, service.auth_token(info.name))
 
 
 @contextlib.contextmanager

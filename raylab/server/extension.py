@@ -19,6 +19,8 @@ from .export import ExportHandler
 from .handlers import (
     ClusterHandler,
     ClustersHandler,
+    JobLogsHandler,
+    JobsHandler,
     KeepRunningHandler,
     LogsHandler,
     NotFoundHandler,
@@ -41,6 +43,8 @@ ROUTES: list[tuple[str, Any]] = [
     (url_path_join("clusters", NAME), ClusterHandler),
     (url_path_join("clusters", NAME, "logs"), LogsHandler),
     (url_path_join("clusters", NAME, "keep-running"), KeepRunningHandler),
+    (url_path_join("clusters", NAME, "jobs"), JobsHandler),
+    (url_path_join("clusters", NAME, "jobs", r"(?P<job>[^/]+)", "logs"), JobLogsHandler),
     (IN_NAMESPACE, ClusterHandler),
     (url_path_join(IN_NAMESPACE, "logs"), LogsHandler),
     (url_path_join(IN_NAMESPACE, "keep-running"), KeepRunningHandler),

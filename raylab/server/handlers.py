@@ -31,7 +31,7 @@ from .strict_json import parse_body
 AUTH_RESOURCE = "raylab"
 # Endpoints beyond the cluster API that this server has; the frontend shows their buttons
 # only when listed in the profiles reply (it fetches that reply at start-up anyway).
-FEATURES = ("export", "usage", "keep-running")
+FEATURES = ("export", "usage", "keep-running", "jobs")
 T = TypeVar("T")
 
 
@@ -301,6 +301,37 @@ class LogsHandler(RaylabHandler):
             raise SpecError("tail", "a number of lines from 1 to 10000")
         text = await self.blocking(partial(self.service().logs, namespace=ns), name, int(tail))
         self.reply({"name": name, "logs": text})
+
+
+class JobsHandler(RaylabHandler):
+    """`GET clusters/NAME/jobs`: the cluster's Ray Jobs (its owner's: they hold its token)."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, name: str, namespace: str | None = None) -> None:
+        from ..jobs.api import for_cluster
+
+        await self.cache.wait_synced()
+        info = self.find(name, namespace)
+        jobs = await self.blocking(lambda: for_cluster(self.service(), info).list())
+        self.reply({"name": name, "jobs": [j.to_json() for j in jobs]})
+
+
+class JobLogsHandler(RaylabHandler):
+    """`GET clusters/NAME/jobs/JOB/logs`: a job's whole log (its result's lines left out)."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, name: str, job: str, namespace: str | None = None) -> None:
+        from ..jobs.api import check_name, for_cluster
+        from ..jobs.result import is_result_line
+
+        check_name(job)
+        await self.cache.wait_synced()
+        info = self.find(name, namespace)
+        text = await self.blocking(lambda: for_cluster(self.service(), info).logs(job))
+        shown = "\n".join(x for x in text.splitlines() if not is_result_line(x))
+        self.reply({"name": name, "job": job, "logs": shown})
 
 
 class ProfilesHandler(RaylabHandler):

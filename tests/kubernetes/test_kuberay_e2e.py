@@ -201,6 +201,21 @@ def test_logs_show_the_head_pods_ray_log(session: Session, up: str) -> None:
     assert f"Local node IP: {head_ip}" in strip_ansi(text)
 
 
+def test_a_cell_runs_as_a_job_in_the_head_pod(session: Session, up: str) -> None:
+    # Through raylab's port-forward to the dashboard, with the cluster's token; the job's
+    # driver runs in the head pod, and its value comes back as the cell's.
+    out = session.cell(
+        f"%%raycluster job kjob {K}\nimport socket\nprint('on', socket.gethostname())\n21 * 2"
+    )
+    head = session.pods()["head"][0]["metadata"]["name"]
+    assert f"Job kjob runs on {NAME};" in out, out
+    assert f"on {head}" in out, out
+    assert out.rstrip().endswith("42"), out
+    table = session.magic("jobs")
+    row = next(line for line in table.splitlines() if line.startswith("kjob "))
+    assert row.split()[1:3] == [NAME, "SUCCEEDED"], table
+
+
 def strip_ansi(text: str) -> str:
     import re
 

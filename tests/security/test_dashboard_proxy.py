@@ -16,6 +16,7 @@ at a recorder (upstream.py) for that test only.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -26,6 +27,7 @@ from tornado.httpclient import HTTPClientError, HTTPResponse
 
 from raylab.backends.local.backend import LocalBackend
 from raylab.config import Settings
+from raylab.jobs.api import JobsApi
 from raylab.model import Phase
 from raylab.server.dashboard_page import STORAGE_SHIM
 from raylab.service import ClusterService
@@ -202,3 +204,41 @@ async def test_jupyters_token_and_xsrf_field_never_reach_the_head(
     for seen in upstream:
         assert token not in f"{seen.path} {seen.headers} {seen.body!r}"
         assert "_xsrf" not in f"{seen.path} {seen.body!r}"
+
+
+async def test_the_jobs_api_beside_it_is_the_owners_alone(jp_fetch: Any, cluster: str) -> None:
+    """`clusters/NAME/jobs` (the sidebar's job list and log view) reads the cluster's Jobs
+    API with its token: the owner's only, as connecting is; others get what the dashboard
+    would give them without it: nothing."""
+    backend = LocalBackend(Settings.from_config().local_state_dir())
+    info = backend.get(NAME)
+    assert info is not None
+    api = JobsApi(NAME, backend.dashboard_address(info) or "", backend.auth_token(NAME))
+    api.submit("listed", "echo from-the-job", None, {"raylab_cell": "<job listed: a, In [2]>"})
+    for _ in range(120):
+        if api.get("listed").finished:
+            break
+        await asyncio.sleep(0.5)
+    code, resp = await status(jp_fetch, "raylab", "clusters", NAME, "jobs", headers=as_user(OWNER))
+    assert code == 200
+    jobs = {j["name"]: j for j in json_of(resp)["jobs"]}
+    assert jobs["listed"]["status"] == "SUCCEEDED"
+    assert jobs["listed"]["cell"] == "<job listed: a, In [2]>"
+    logs = ("raylab", "clusters", NAME, "jobs", "listed", "logs")
+    code, resp = await status(jp_fetch, *logs, headers=as_user(OWNER))
+    assert code == 200
+    assert "from-the-job" in json_of(resp)["logs"]
+    assert (await status(jp_fetch, *logs, headers=as_user("bob")))[0] == 404
+    code, resp = await status(jp_fetch, *logs, headers=as_user("admin"))
+    assert code == 403
+    assert "only alice, who owns" in json_of(resp)["error"]
+    bad = ("raylab", "clusters", NAME, "jobs", quote("a\x07b", safe=""), "logs")
+    code, resp = await status(jp_fetch, *bad, headers=as_user(OWNER))
+    assert code == 422
+    assert "is not a job name" in json_of(resp)["error"]
+    missing = ("raylab", "clusters", NAME, "jobs", "nothere", "logs")
+    assert (await status(jp_fetch, *missing, headers=as_user(OWNER)))[0] == 404
+
+
+def json_of(resp: HTTPResponse) -> Any:
+    return json.loads(resp.body)

@@ -281,7 +281,7 @@ async def test_quota_is_checked_before_anything_is_made(
 
 async def test_profiles_list_the_export_feature_and_its_route_answers(jp_fetch: Any) -> None:
     profiles = await fetch_json(jp_fetch, "profiles")
-    assert profiles["features"] == ["export", "usage", "keep-running"]
+    assert profiles["features"] == ["export", "usage", "keep-running", "jobs"]
     assert profiles["autoscales"] is False  # local: the dialog offers no autoscaling
     assert profiles["namespace"] is None  # local: no namespaces, a name alone is the path
     # What the frontend's "Export to pipeline" button relies on: the route is served (a
