@@ -157,10 +157,17 @@ def join(gcs: str, timeout: float = JOIN_TIMEOUT_S) -> JoinedNode:
             )
             node.leave()
             raise JoinFailed(
-                f"this pod could not join the cluster as a Ray node ({why}); check that "
-                "the NetworkPolicies admit the ports of docs/zero-to-jupyterhub.md"
+                f"this pod could not join the cluster as a Ray node ({why}); {_hint(why)}"
             )
         time.sleep(0.2)
+
+
+def _hint(why: str) -> str:
+    # Ray's node waits a fixed time for its own agents' files: on a starved CPU they miss
+    # it, which no policy explains.
+    if "Timed out waiting for file" in why:
+        return "the node's own agents did not start in time: give the notebook pod more CPU"
+    return "check that the NetworkPolicies admit the ports of docs/zero-to-jupyterhub.md"
 
 
 def _any_port() -> int:

@@ -22,7 +22,7 @@ import {
 } from './clusterApi';
 import { IRaylabContext, UserError } from './context';
 import { showCreateDialog } from './createDialog';
-import { createLogsPanel } from './logs';
+import { LogsView, createJobLogsPanel, createLogsPanel } from './logs';
 import { IProfilesReply, fetchProfiles } from './profiles';
 import { connectCode, gpusText } from './render';
 
@@ -261,6 +261,40 @@ export async function showLogs(
     displayName(cluster, route),
     ctx.serverSettings,
     ctx.config.logTail
+  );
+  panel.id = id;
+  ctx.app.shell.add(panel, 'main', { mode: 'split-bottom' });
+  ctx.app.shell.activateById(panel.id);
+}
+
+/**
+ * The log of one of the cluster's Ray jobs in a panel (one per job: an open
+ * one is brought to the front and fetched again).
+ */
+export async function showJobLogs(
+  ctx: IRaylabContext,
+  cluster: ICluster,
+  job: string
+): Promise<void> {
+  const id = `raylab-job-log-${widgetSuffix(cluster)}-${job}`;
+  for (const widget of ctx.app.shell.widgets('main')) {
+    if (widget.id === id) {
+      ctx.app.shell.activateById(id);
+      if (
+        widget instanceof MainAreaWidget &&
+        widget.content instanceof LogsView
+      ) {
+        void widget.content.refresh();
+      }
+      return;
+    }
+  }
+  const route = await routeOf(ctx, cluster);
+  const panel = createJobLogsPanel(
+    route,
+    displayName(cluster, route),
+    job,
+    ctx.serverSettings
   );
   panel.id = id;
   ctx.app.shell.add(panel, 'main', { mode: 'split-bottom' });

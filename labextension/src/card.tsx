@@ -13,6 +13,8 @@ import React from 'react';
 import { ICluster, Phase, dashboardPath } from './clusterApi';
 import { useNow } from './clock';
 import { CommandIDs } from './commandIds';
+import { JobsSection } from './jobs';
+import { JobWatcher } from './jobWatch';
 import {
   canConnect,
   canSuspend,
@@ -23,8 +25,15 @@ import {
   suspendedText
 } from './render';
 
-/** Run a command, on `cluster` when given (as `{name, namespace}`). */
-export type Run = (command: string, cluster?: ICluster) => Promise<void>;
+/**
+ * Run a command, on `cluster` when given (as `{name, namespace}`, with
+ * `args` added: a job's `{job}`).
+ */
+export type Run = (
+  command: string,
+  cluster?: ICluster,
+  args?: { job: string }
+) => Promise<void>;
 
 /**
  * Run `run`'s commands on one cluster, at most one at a time: `busy` names
@@ -163,6 +172,8 @@ interface ICardProps {
   showOwner: boolean;
   stale: boolean;
   run: Run;
+  /** Where its jobs come from; null where the server has no job API. */
+  jobs: JobWatcher | null;
 }
 
 /**
@@ -207,6 +218,9 @@ function ClusterCardView(props: ICardProps): React.ReactElement {
         onKeep={act(CommandIDs.keepRunning, 'Keeping…')}
       />
       <CardFields cluster={c} showOwner={props.showOwner} />
+      {c.phase === 'Ready' && props.jobs && (
+        <JobsSection cluster={c} watcher={props.jobs} run={run} />
+      )}
       <div
         className="jp-raylab-card-actions"
         role="group"

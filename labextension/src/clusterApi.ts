@@ -258,6 +258,53 @@ export async function fetchLogs(
   return reply.logs;
 }
 
+/** A Ray job's state (Ray's `JobStatus`). */
+export type JobStatus =
+  'PENDING' | 'RUNNING' | 'SUCCEEDED' | 'FAILED' | 'STOPPED';
+
+/** One Ray Job on a cluster (`raylab/jobs/api.py`, `Job.to_json`). */
+export interface IJob {
+  /** The submission id (`%%raycluster job NAME`). */
+  name: string;
+  cluster: string;
+  status: JobStatus;
+  /** Epoch seconds; null while it waits to start. */
+  started: number | null;
+  /** Epoch seconds; null until it ends. */
+  ended: number | null;
+  /** Ray's word on it (why it failed, for one). */
+  message: string;
+  /** The cell it was made from, e.g. `<job train: analysis.ipynb, In [4]>`; or ''. */
+  cell: string;
+}
+
+/** The cluster's Ray Jobs (its owner's only), oldest first. */
+export async function fetchJobs(
+  route: IClusterRoute,
+  settings?: ServerConnection.ISettings
+): Promise<IJob[]> {
+  const reply = await requestAPI<{ name: string; jobs: IJob[] }>(
+    clusterPath(route, 'jobs'),
+    { method: 'GET' },
+    settings
+  );
+  return reply.jobs;
+}
+
+/** The whole log of one job. */
+export async function fetchJobLogs(
+  route: IClusterRoute,
+  job: string,
+  settings?: ServerConnection.ISettings
+): Promise<string> {
+  const reply = await requestAPI<{ name: string; job: string; logs: string }>(
+    clusterPath(route, 'jobs', encodeURIComponent(job), 'logs'),
+    { method: 'GET' },
+    settings
+  );
+  return reply.logs;
+}
+
 /**
  * The path of the cluster's proxied Ray dashboard, below the server's base
  * URL; null when this server has no dashboard for it.

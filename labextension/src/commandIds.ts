@@ -6,6 +6,7 @@ export namespace CommandIDs {
   export const copyCode = 'raylab:copy-connect-code';
   export const dashboard = 'raylab:open-dashboard';
   export const logs = 'raylab:show-logs';
+  export const jobLogs = 'raylab:show-job-log';
   export const scale = 'raylab:scale';
   export const suspend = 'raylab:suspend';
   export const resume = 'raylab:resume';

@@ -16,6 +16,7 @@ import {
   openDashboard,
   reportFailure,
   setSuspended,
+  showJobLogs,
   showLogs
 } from './actions';
 import { CommandIDs } from './commandIds';
@@ -189,6 +190,25 @@ export function registerCommands(
       cluster => showLogs(ctx, cluster),
       'Show the log of'
     )
+  });
+
+  // From a card's Jobs section or a job's notification: `{name, namespace, job}`.
+  commands.addCommand(CommandIDs.jobLogs, {
+    label: args =>
+      typeof args.job === 'string'
+        ? `Show Log of Ray Job ${args.job}`
+        : 'Show Log of Ray Job',
+    execute: async args => {
+      const job = typeof args.job === 'string' ? args.job : '';
+      if (!job) {
+        return;
+      }
+      await guarded(
+        `Could not show the log of job ${job} on`,
+        cluster => showJobLogs(ctx, cluster, job),
+        `Show the log of job ${job} on`
+      )(args);
+    }
   });
 
   commands.addCommand(CommandIDs.scale, {

@@ -8,10 +8,12 @@ import { INotebookTracker } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 
 import { describeError } from './api';
+import { CommandIDs } from './commandIds';
 import { registerCommands } from './commands';
 import { DEFAULT_CONFIG, IRaylabConfig, IRaylabContext } from './context';
 import { registerExport } from './export/button';
 import { watchIdleWarnings } from './idleWatch';
+import { JobWatcher, hasJobsFeature } from './jobWatch';
 import { ClusterListModel } from './model';
 import { fetchProfiles } from './profiles';
 import { ClusterSidebar } from './sidebar';
@@ -94,6 +96,20 @@ const plugin: JupyterFrontEndPlugin<void> = {
     void profiles.then(reply => {
       if (reply) {
         sidebar.user = reply.user;
+      }
+      if (reply && hasJobsFeature(reply)) {
+        sidebar.jobs = new JobWatcher({
+          model,
+          serverSettings,
+          user: reply.user.name,
+          home: reply.namespace,
+          openLog: (cluster, job) =>
+            void app.commands.execute(CommandIDs.jobLogs, {
+              name: cluster.name,
+              namespace: cluster.namespace,
+              job
+            })
+        });
       }
     });
     if (notebooks) {

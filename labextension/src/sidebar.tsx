@@ -1,4 +1,5 @@
 import { CommandRegistry } from '@lumino/commands';
+import type { Message } from '@lumino/messaging';
 import { Panel, Widget } from '@lumino/widgets';
 import {
   CommandToolbarButton,
@@ -15,6 +16,7 @@ import { IUsage, clusterKey } from './clusterApi';
 import { useNow } from './clock';
 import { CommandIDs } from './commandIds';
 import { rayClusterIcon } from './icons';
+import { JobWatcher } from './jobWatch';
 import { ClusterListModel, IClusterListState } from './model';
 import { Overview } from './overview';
 import { IUser } from './profiles';
@@ -119,6 +121,7 @@ function ClusterPanel(props: {
   user: IUser | null;
   run: Run;
   usage: IUsage | null;
+  jobs: JobWatcher | null;
 }): React.ReactElement {
   const { model, run, user } = props;
   const state = React.useSyncExternalStore(
@@ -187,6 +190,7 @@ function ClusterPanel(props: {
               showOwner={showOwner}
               stale={stale}
               run={run}
+              jobs={props.jobs}
             />
           ))}
         </ul>
@@ -207,6 +211,7 @@ class ClusterListView extends ReactWidget {
 
   user: IUser | null = null;
   usage: IUsage | null = null;
+  jobs: JobWatcher | null = null;
 
   protected render(): React.ReactElement {
     return (
@@ -215,6 +220,7 @@ class ClusterListView extends ReactWidget {
         user={this.user}
         run={this._run}
         usage={this.usage}
+        jobs={this.jobs}
       />
     );
   }
@@ -263,12 +269,12 @@ export class ClusterSidebar extends SidePanel {
       })
     );
 
-    this._list = new ClusterListView(model, async (command, cluster) => {
+    this._list = new ClusterListView(model, async (command, cluster, args) => {
       await commands.execute(
         command,
         cluster === undefined
           ? {}
-          : { name: cluster.name, namespace: cluster.namespace }
+          : { ...args, name: cluster.name, namespace: cluster.namespace }
       );
     });
     this.addWidget(this._list);
@@ -290,6 +296,44 @@ export class ClusterSidebar extends SidePanel {
   set usage(usage: IUsage | null) {
     this._list.usage = usage;
     this._list.update();
+  }
+
+  /**
+   * The jobs of the user's Ready clusters, on their cards (where the server
+   * has the job API): fetched while the sidebar is attached, and disposed
+   * with it.
+   */
+  get jobs(): JobWatcher | null {
+    return this._list.jobs;
+  }
+  set jobs(watcher: JobWatcher | null) {
+    if (watcher === this._list.jobs) {
+      return;
+    }
+    this._list.jobs?.dispose();
+    this._list.jobs = watcher;
+    if (watcher && this.isAttached) {
+      watcher.start();
+    }
+    this._list.update();
+  }
+
+  override dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._list.jobs?.dispose();
+    super.dispose();
+  }
+
+  protected override onAfterAttach(msg: Message): void {
+    super.onAfterAttach(msg);
+    this._list.jobs?.start();
+  }
+
+  protected override onBeforeDetach(msg: Message): void {
+    this._list.jobs?.stop();
+    super.onBeforeDetach(msg);
   }
 
   private readonly _list: ClusterListView;

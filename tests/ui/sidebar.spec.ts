@@ -273,6 +273,60 @@ test('create in the dialog, connect a notebook, run Ray on it, delete', async ({
   expect(await dashboard.evaluate(() => window.origin)).toBe('null');
   await expect(dashboard.getByText(/^Updated /)).toBeVisible();
 
+  // A cell as a Ray job: its log streams into the cell, its value comes back.
+  // It sleeps for longer than the sidebar's 5 s poll, which must see it run.
+  await page.notebook.activate('journey.ipynb');
+  await page.notebook.addCell(
+    'code',
+    '%%raycluster job uijob\nimport time\ntime.sleep(8)\nprint("hello from the job")\n6 * 7'
+  );
+  // Running the first cell left an empty one below it: the job's cell is the last.
+  const jobCell = (await page.notebook.getCellCount()) - 1;
+  await page.notebook.runCell(jobCell, { wait: false });
+  const jobs = c.getByRole('region', { name: 'Jobs on ui-journey' });
+  const job = jobs.locator('li[data-job="uijob"]');
+  const jobButton = job.getByRole('button', {
+    name: 'Show the log of job uijob'
+  });
+  await expect(jobButton).toHaveText('uijob', { timeout: 90_000 });
+  await expect(job.locator('.jp-raylab-job-state')).toHaveText('Running', {
+    timeout: 60_000
+  });
+  await page.notebook.waitForRun(jobCell);
+  // The sidebar's next poll sees it ended, and says so wherever the user is.
+  const done = page
+    .locator('.Toastify__toast')
+    .filter({ hasText: 'Job uijob on ui-journey succeeded' });
+  await expect(done).toBeVisible({ timeout: 30_000 });
+  const jobOutput =
+    (await page.notebook.getCellTextOutput(jobCell))?.join('\n') ?? '';
+  expect(jobOutput).toContain('hello from the job');
+  expect(jobOutput).toMatch(/^42$/m);
+  await expect(job.locator('.jp-raylab-job-state')).toHaveText('Succeeded');
+  await expect(job.locator('.jp-raylab-job-duration')).toHaveText(
+    /^(\d+ min )?\d+ s$/
+  );
+
+  // The notification's Show log opens the job's whole log in a panel.
+  await done.getByRole('button', { name: 'Show log' }).click();
+  const jobTab = page
+    .locator('.lm-DockPanel-tabBar .lm-TabBar-tab')
+    .filter({ hasText: 'Ray job: uijob (ui-journey)' });
+  await expect(jobTab).toBeVisible();
+  const jobLog = page
+    .locator('.jp-raylab-logs')
+    .filter({ has: page.getByLabel('Log of job uijob on ui-journey') });
+  await expect(jobLog.locator('pre')).toContainText('hello from the job');
+  await jobTab.locator('.lm-TabBar-tabCloseIcon').click();
+  await expect(jobTab).toHaveCount(0);
+  // So does the job's name on the card.
+  await jobButton.click();
+  await expect(jobTab).toBeVisible();
+  await expect(jobLog.locator('.jp-raylab-logs-status')).toContainText(
+    /^Log of job uijob, as of /
+  );
+  await expect(jobLog.locator('pre')).toContainText('hello from the job');
+
   const sidebar = page.locator('#raylab-clusters');
   const content = sidebar.locator('.jp-raylab-panel');
   await content.screenshot({ path: shot('sidebar.png') });
