@@ -91,6 +91,45 @@ def _workload(mode: str, target: str, env: dict[str, str]) -> dict[str, float]:
     raise RuntimeError(f"{mode}: {done.stdout}{done.stderr}")
 
 
+def by_hand_env(env: dict[str, str], cluster: str) -> dict[str, str]:
+    """`env` with what `raylab env CLUSTER` exports: the dashboard's address (for `ray job
+    submit`) and the cluster's token, as a user's shell would have them."""
+    shell = _raylab("env", cluster, "--backend", "local", env=env)
+    exported = dict(
+        ln.removeprefix("export ").split("=", 1) for ln in shell.splitlines()
+        if ln.startswith("export ")
+    )  # fmt: skip
+    return {**env, **{k: v.strip("'\"") for k, v in exported.items()}}
+
+
+def driver_figures(
+    samples: dict[str, list[dict[str, float]]], prefix: str, anchor_name: str
+) -> list[Figure]:
+    """One figure per measure: raylab's against the driver by hand, Ray Client's named."""
+    figures = []
+    for measure in samples["raylab"][0]:
+        ours = median([s[measure] for s in samples["raylab"]])
+        hand_made = median([s[measure] for s in samples["driver"]])
+        through_client = median([s[measure] for s in samples["client"]])
+        # The first burst starts workers in the kernel's environment (its working dir):
+        # what shipping it costs, once per connection, with no target of its own.
+        first = measure.startswith("first")
+        figures.append(
+            Figure(
+                name=f"{prefix}{measure} (Ray Client: {through_client:.3g} s)",
+                value=ours,
+                unit="s",
+                target="reported" if first else "≤ 1.2× a driver by hand",
+                anchor=hand_made,
+                anchor_name=anchor_name,
+                samples=[s[measure] for s in samples["raylab"]],
+                anchor_samples=[s[measure] for s in samples["driver"]],
+                met=None if first else ours <= 1.2 * hand_made,
+            )
+        )
+    return figures
+
+
 def run(rounds: int = 2) -> list[Figure]:
     samples: dict[str, list[dict[str, float]]] = {"raylab": [], "driver": [], "client": []}
     with tempfile.TemporaryDirectory(prefix="raylab-bench-driver-") as tmp:
@@ -99,13 +138,7 @@ def run(rounds: int = 2) -> list[Figure]:
         _raylab("up", "--name", CLUSTER, "--workers", "1", "--cpus", "2", "--memory", "2Gi",
                 "--gpus", "0", "--no-connect", "--backend", "local", env=env)  # fmt: skip
         try:
-            shell = _raylab("env", CLUSTER, "--backend", "local", env=env)
-            exported = dict(
-                ln.removeprefix("export ").split("=", 1)
-                for ln in shell.splitlines()
-                if ln.startswith("export ")
-            )
-            hand = {**env, **{k: v.strip("'\"") for k, v in exported.items()}}
+            hand = by_hand_env(env, CLUSTER)
             hand.pop("RAY_ADDRESS", None)  # the dashboard's, for `ray job submit`
             info = LocalBackend(Path(env["RAYLAB_STATE_DIR"])).get(CLUSTER)
             if info is None or not (info.endpoints.gcs and info.endpoints.client):
@@ -118,28 +151,7 @@ def run(rounds: int = 2) -> list[Figure]:
             samples["client"].append(_workload("client", client, hand))
         finally:
             _raylab("down", CLUSTER, "--backend", "local", env=env)
-    figures = []
-    for measure in samples["raylab"][0]:
-        ours = median([s[measure] for s in samples["raylab"]])
-        hand_made = median([s[measure] for s in samples["driver"]])
-        through_client = median([s[measure] for s in samples["client"]])
-        # The first burst starts workers in the kernel's environment (its working dir):
-        # what shipping it costs, once per connection, with no target of its own.
-        first = measure.startswith("first")
-        figures.append(
-            Figure(
-                name=f"{measure} (Ray Client: {through_client:.3g} s)",
-                value=ours,
-                unit="s",
-                target="reported" if first else "≤ 1.2× a driver by hand",
-                anchor=hand_made,
-                anchor_name="ray.init(HOST:PORT) by hand",
-                samples=[s[measure] for s in samples["raylab"]],
-                anchor_samples=[s[measure] for s in samples["driver"]],
-                met=None if first else ours <= 1.2 * hand_made,
-            )
-        )
-    return figures
+    return driver_figures(samples, "", "ray.init(HOST:PORT) by hand")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_driver import by_hand_env
 from report import Figure, emit, median
 
 CLUSTER = "bench-jobs"
@@ -110,22 +111,16 @@ def run(rounds: int = 3) -> list[Figure]:
         _raylab("up", "--name", CLUSTER, "--workers", "1", "--cpus", "2", "--memory", "2Gi",
                 "--no-connect", "--backend", "local", env=env, cwd=folder)  # fmt: skip
         try:
-            shell = _raylab("env", CLUSTER, "--backend", "local", env=env)
-            exported = dict(
-                ln.removeprefix("export ").split("=", 1)
-                for ln in shell.splitlines()
-                if ln.startswith("export ")
-            )
-            by_hand_env = {**env, **{k: v.strip("'\"") for k, v in exported.items()}}
-            _by_hand(by_hand_env, folder, -1)  # both ways: the folder uploaded once before
+            hand_env = by_hand_env(env, CLUSTER)
+            _by_hand(hand_env, folder, -1)  # both ways: the folder uploaded once before
             lines = _ours(env, folder, -1, lines=True)
             for i in range(rounds):
                 if i % 2:
-                    hand.append(_by_hand(by_hand_env, folder, i))
+                    hand.append(_by_hand(hand_env, folder, i))
                     ours.append(_ours(env, folder, i, lines=False)["first"])
                 else:
                     ours.append(_ours(env, folder, i, lines=False)["first"])
-                    hand.append(_by_hand(by_hand_env, folder, i))
+                    hand.append(_by_hand(hand_env, folder, i))
         finally:
             _raylab("down", CLUSTER, "--backend", "local", env=env)
     first = Figure(

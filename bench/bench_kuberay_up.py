@@ -141,15 +141,11 @@ def _wait_gone(core: Any, namespace: str, name: str) -> None:
         time.sleep(0.5)
 
 
-def measure(plane: Any, work: Path) -> tuple[list[float], list[float], list[float]]:
+def bench_namespace(plane: Any, work: Path) -> tuple[Any, Any, str]:
+    """A fresh namespace, ready for pods, and an admin kubeconfig pointing at it
+    (work/kubeconfig): (admin API client, CoreV1Api, namespace)."""
     from controlplane import call_json
     from kubernetes import client
-    from processnodes import PROCESS_GPU_TYPE, process_profile
-
-    from raylab.backends.kuberay.backend import KubeRayBackend
-    from raylab.backends.kuberay.manifest import raycluster_manifest
-    from raylab.config import Settings
-    from raylab.spec import ClusterSpec
 
     admin = plane.api_client("admin")
     core = client.CoreV1Api(admin)
@@ -165,6 +161,18 @@ def measure(plane: Any, work: Path) -> tuple[list[float], list[float], list[floa
     kubeconfig = yaml.safe_load(plane.kubeconfig("admin").read_text())
     kubeconfig["contexts"][0]["context"]["namespace"] = namespace
     (work / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+    return admin, core, namespace
+
+
+def measure(plane: Any, work: Path) -> tuple[list[float], list[float], list[float]]:
+    from processnodes import PROCESS_GPU_TYPE, process_profile
+
+    from raylab.backends.kuberay.backend import KubeRayBackend
+    from raylab.backends.kuberay.manifest import raycluster_manifest
+    from raylab.config import Settings
+    from raylab.spec import ClusterSpec
+
+    admin, core, namespace = bench_namespace(plane, work)
     config_dir = work / "jupyter"
     config_dir.mkdir(exist_ok=True)
     (config_dir / "jupyter_server_config.py").write_text(

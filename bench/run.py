@@ -11,6 +11,7 @@ import bench_auth
 import bench_culler
 import bench_driver
 import bench_import
+import bench_incluster
 import bench_jobs
 import bench_joined_node
 import bench_kuberay_up
@@ -38,6 +39,7 @@ BENCHES = {
     "driver": bench_driver.run,
     "joined_node": bench_joined_node.run,
     "jobs": bench_jobs.run,
+    "incluster": bench_incluster.run,
 }
 
 

@@ -1,0 +1,171 @@
+"""The kernel's connection from inside Kubernetes (a notebook pod, as on JupyterHub)
+against a driver set up by hand in the same kind of pod, on KubeRay pods that run Ray.
+
+On the test control plane's process nodes: one cluster (2 GPU workers), then pods on a
+process node, each a fresh Python as a notebook kernel is, alternating:
+- raylab: `%raycluster connect` in the pod (its own service account, in-cluster config):
+  the kernel joins the cluster as a node that offers nothing and drives it directly;
+- by hand: the same, typed by a user who knows how: `ray start --address=HEAD-SVC:6379
+  --num-cpus=0 --num-gpus=0 --block` in the pod, then `ray.init("HEAD-SVC:6379")`;
+- Ray Client from the pod (`ray.init("ray://HEAD-SVC:10001")`), what raylab used before.
+The workload is bench_driver's: task and actor round trips, 2,000 tasks, put/get of
+100 MB. Target: each ≤ 1.2× by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench_driver import WORKLOAD, driver_figures
+from report import Figure, emit
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "kubernetes" / "harness"))
+
+NAME = "incluster"
+# The pod's own node, as a user would start it by hand, then the workload as a driver.
+BY_HAND = r"""
+import os, subprocess, sys, time
+gcs = sys.argv[1]
+log = open("/tmp/ray-start.log", "w")
+subprocess.Popen(["ray", "start", "--address=" + gcs, "--num-cpus=0", "--num-gpus=0",
+                  "--object-store-memory=800000000", "--disable-usage-stats", "--block"],
+                 stdout=log, stderr=log)
+deadline = time.time() + 180
+while "Ray runtime started" not in open("/tmp/ray-start.log").read():
+    assert time.time() < deadline, open("/tmp/ray-start.log").read()
+    time.sleep(0.2)
+os.execv(sys.executable, [sys.executable, "-c", sys.argv[2], "driver", gcs])
+"""
+
+
+def _pod(name: str, argv: list[str], token_secret: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "serviceAccountName": "notebook",
+            "restartPolicy": "Never",
+            "nodeSelector": {"raylab.io/process-node": "true"},
+            "tolerations": [{"key": "raylab.io/process-node", "operator": "Exists"}],
+            "containers": [{
+                "name": "notebook", "image": "jupyter/singleuser:not-pulled",
+                "command": ["python", "-c", *argv],
+                "env": [
+                    {"name": "JUPYTERHUB_USER", "value": "alice"},
+                    {"name": "JUPYTER_CONFIG_DIR", "value": "/mnt/jupyter"},
+                    # By hand and through Ray Client the user brings the token themselves.
+                    *([{"name": "RAY_AUTH_MODE", "value": "token"},
+                       {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {
+                           "name": token_secret, "key": "auth_token"}}}]
+                      if not name.startswith("raylab") else []),
+                ],
+                "volumeMounts": [{"name": "jupyter", "mountPath": "/mnt/jupyter"},
+                                 {"name": "shm", "mountPath": "/dev/shm"}],
+            }],
+            "volumes": [{"name": "jupyter", "configMap": {"name": "jupyter"}},
+                        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}],
+        },
+    }  # fmt: skip
+
+
+def _result(core: Any, namespace: str, pod: str) -> dict[str, float]:
+    from controlplane import call_json, wait_until
+
+    def finished() -> str | None:
+        phase = call_json(core.read_namespaced_pod, pod, namespace)["status"].get("phase")
+        return str(phase) if phase in ("Succeeded", "Failed") else None
+
+    wait_until(f"pod {pod} to finish", finished, timeout=900, interval=1)
+    log = core.read_namespaced_pod_log(pod, namespace, _preload_content=False).data.decode()
+    for line in log.splitlines():
+        if line.startswith("RESULT "):
+            return dict(json.loads(line.removeprefix("RESULT ")))
+    raise RuntimeError(f"{pod}: no result\n{log[-4000:]}")
+
+
+def measure(plane: Any, work: Path, rounds: int) -> dict[str, list[dict[str, float]]]:
+    from bench_kuberay_up import bench_namespace
+    from controlplane import call_json
+    from kubernetes import client
+    from processnodes import PROCESS_GPU_TYPE, process_profile
+
+    from tests.kubernetes.kuberay_support import grant
+
+    admin, core, ns = bench_namespace(plane, work)
+    grant(admin, ns, "alice")
+    call_json(core.create_namespaced_service_account, ns, {"metadata": {"name": "notebook"}})
+    rbac = client.RbacAuthorizationV1Api(admin)
+    call_json(rbac.create_namespaced_role_binding, ns, {
+        "metadata": {"name": "raylab-notebook"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "raylab-user"},
+        "subjects": [{"kind": "ServiceAccount", "name": "notebook", "namespace": ns}],
+    })  # fmt: skip
+    config = (
+        f"c.Raylab.gpu_types = {{{PROCESS_GPU_TYPE!r}: {process_profile()!r}}}\n"
+        f"c.Raylab.default_gpu_type = {PROCESS_GPU_TYPE!r}\nc.Raylab.wait_timeout = 600.0\n"
+    )
+    (work / "jupyter").mkdir()
+    (work / "jupyter" / "jupyter_server_config.py").write_text(config)
+    files = {"jupyter_server_config.py": config}
+    call_json(
+        core.create_namespaced_config_map, ns, {"metadata": {"name": "jupyter"}, "data": files}
+    )
+    env = {**os.environ, "KUBECONFIG": str(work / "kubeconfig"), "JUPYTERHUB_USER": "alice",
+           "JUPYTER_CONFIG_DIR": str(work / "jupyter")}  # fmt: skip
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    up = [sys.executable, "-m", "raylab.cli", "up", "--name", NAME, "--backend", "kuberay",
+          "--gpus", "2", "--workers", "2", "--gpu-type", PROCESS_GPU_TYPE]  # fmt: skip
+    done = subprocess.run(up, env=env, capture_output=True, text=True, timeout=900)
+    if done.returncode:
+        raise RuntimeError(done.stdout + done.stderr)
+    svc = f"{NAME}-head-svc.{ns}.svc"
+    modes = {
+        "raylab": [WORKLOAD, "raylab", f"{NAME} --backend kuberay"],
+        "driver": [BY_HAND, f"{svc}:6379", WORKLOAD],
+        "client": [WORKLOAD, "client", f"ray://{svc}:10001"],
+    }
+    samples: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
+    order = [m for i in range(rounds) for m in (("raylab", "driver") if i % 2 == 0
+             else ("driver", "raylab"))] + ["client"]  # fmt: skip
+    try:
+        for i, mode in enumerate(order):
+            pod = f"{mode}-{i}"
+            call_json(core.create_namespaced_pod, ns, _pod(pod, modes[mode], f"{NAME}-ray-token"))
+            samples[mode].append(_result(core, ns, pod))
+            core.delete_namespaced_pod(pod, ns, grace_period_seconds=0)
+    finally:
+        subprocess.run([sys.executable, "-m", "raylab.cli", "down", NAME, "--backend", "kuberay"],
+                       env=env, capture_output=True, timeout=300)  # fmt: skip
+    return samples
+
+
+def run(rounds: int = 1) -> list[Figure]:
+    from controlplane import Binaries, ControlPlane
+
+    binaries = Binaries.locate()
+    if binaries.missing():
+        print("in-cluster driver: skipped, the Kubernetes binaries are not built "
+              "(tests/kubernetes/harness/build.sh)")  # fmt: skip
+        return []
+    with ControlPlane(binaries=binaries) as plane, tempfile.TemporaryDirectory() as tmp:
+        if plane.process_nodes_unavailable:
+            print(
+                f"in-cluster driver: skipped, no process nodes: {plane.process_nodes_unavailable}"
+            )
+            return []
+        samples = measure(plane, Path(tmp), rounds)
+    return driver_figures(
+        samples, "in a pod: ", "ray start --address + ray.init in the pod by hand"
+    )
+
+
+if __name__ == "__main__":
+    emit("the kernel in a pod against a driver by hand there",
+         run(int(os.environ.get("ROUNDS", "1"))), "incluster")  # fmt: skip
