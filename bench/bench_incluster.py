@@ -121,13 +121,15 @@ def measure(plane: Any, work: Path, rounds: int) -> dict[str, list[dict[str, flo
            "JUPYTER_CONFIG_DIR": str(work / "jupyter")}  # fmt: skip
     env.pop("KUBERNETES_SERVICE_HOST", None)
     up = [sys.executable, "-m", "raylab.cli", "up", "--name", NAME, "--backend", "kuberay",
-          "--gpus", "2", "--workers", "2", "--gpu-type", PROCESS_GPU_TYPE]  # fmt: skip
+          "--gpus", "2", "--workers", "2", "--cpus", "1", "--gpu-type", PROCESS_GPU_TYPE]  # fmt: skip
     done = subprocess.run(up, env=env, capture_output=True, text=True, timeout=900)
     if done.returncode:
         raise RuntimeError(done.stdout + done.stderr)
     svc = f"{NAME}-head-svc.{ns}.svc"
     modes = {
-        "raylab": [WORKLOAD, "raylab", f"{NAME} --backend kuberay"],
+        # The pod has no notebook folder (its working directory is /): nothing to ship,
+        # as by hand.
+        "raylab": [WORKLOAD, "raylab", f"{NAME} --backend kuberay --no-sync"],
         "driver": [BY_HAND, f"{svc}:6379", WORKLOAD],
         "client": [WORKLOAD, "client", f"ray://{svc}:10001"],
     }

@@ -7,7 +7,8 @@ actor and object of the session. Instead, each module whose file lies in the wor
 directory is registered with cloudpickle's pickle-by-value as it is imported (and those
 imported before connecting, at connect): a task that calls it carries its code as the
 kernel has it at that moment. Installed packages stay by reference (the workers have
-them), and so does anything under a virtual environment inside the folder.
+them), and so do Python's own modules and anything under a virtual environment inside
+the folder, even when the folder holds them all (a kernel started in `/`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import sys
+import sysconfig
 import threading
 from pathlib import Path
 from types import ModuleType
@@ -23,6 +25,17 @@ from typing import Any
 _lock = threading.Lock()
 _root: Path | None = None
 _registered: set[str] = set()
+
+
+def _installations() -> tuple[Path, ...]:
+    """Where Python and its packages are installed: never the notebook's own code."""
+    paths = sysconfig.get_paths()
+    found = {sys.prefix, sys.base_prefix, sys.exec_prefix, paths["stdlib"], paths["platstdlib"]}
+    resolved = {Path(p).resolve() for p in found if p}
+    return tuple(p for p in resolved if p != Path(p.anchor))  # never the whole disk
+
+
+_INSTALLED = _installations()
 
 
 def follow(root: str | Path) -> list[str]:
@@ -51,7 +64,7 @@ def _ours(path: str | None) -> bool:
         where = Path(path).resolve()
     except (OSError, ValueError):
         return False
-    if not where.is_relative_to(root):
+    if not where.is_relative_to(root) or any(where.is_relative_to(p) for p in _INSTALLED):
         return False
     return not any(part in ("site-packages", "dist-packages") for part in where.parts)
 
