@@ -121,7 +121,8 @@ def measure(plane: Any, work: Path, rounds: int) -> dict[str, list[dict[str, flo
            "JUPYTER_CONFIG_DIR": str(work / "jupyter")}  # fmt: skip
     env.pop("KUBERNETES_SERVICE_HOST", None)
     up = [sys.executable, "-m", "raylab.cli", "up", "--name", NAME, "--backend", "kuberay",
-          "--gpus", "2", "--workers", "2", "--cpus", "1", "--gpu-type", PROCESS_GPU_TYPE]  # fmt: skip
+          "--gpus", "2", "--workers", "2", "--cpus", "1",
+          "--gpu-type", PROCESS_GPU_TYPE]  # fmt: skip
     done = subprocess.run(up, env=env, capture_output=True, text=True, timeout=900)
     if done.returncode:
         raise RuntimeError(done.stdout + done.stderr)
