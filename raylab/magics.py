@@ -12,8 +12,8 @@ from IPython.display import display as _display
 
 from . import render
 from .commands import CommandError, Commands, HelpShown
-from .commands.jobs import JobValue
 from .errors import RaylabError
+from .jobs.value import JobValue
 from .model import ClusterInfo
 from .sync.pip import synced_install
 from .widgets import StatusCard, card_text, in_notebook, progress_view

@@ -9,7 +9,6 @@ import os
 import secrets
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +17,7 @@ from ..jobs.api import Job, JobsApi, check_name, for_cluster
 from ..jobs.errors import JobError
 from ..jobs.result import is_result_line, read_result
 from ..jobs.script import build
+from ..jobs.value import JobValue
 from ..model import ClusterInfo
 from .parser import CommandError, _Parser, _unknown
 
@@ -25,13 +25,6 @@ if TYPE_CHECKING:
     from .verbs import Commands
 
 _SUPERVISOR_LINE = "Running entrypoint for job "
-
-
-@dataclass(frozen=True)
-class JobValue:
-    """A job's result, for the magic to hand back as the cell's value."""
-
-    value: Any
 
 
 def cell_parser(prog: str) -> argparse.ArgumentParser:
