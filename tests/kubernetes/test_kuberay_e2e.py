@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import shutil
+import tempfile
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -249,6 +251,31 @@ if seen["mode"] == "driver":
     ds = ray.data.range(3000).map_batches(lambda b: {"id": b["id"] * 2})
     seen["data_sum"] = ds.sum("id")
     seen["put_read_by_worker"] = ray.get(size.remote(ray.put(b"x" * 30_000_000)))
+    # Tune and Train drive from the kernel too; their results go to shared storage (a
+    # folder every pod sees here, as a cluster's NFS or bucket would be).
+    import os, pathlib
+    from ray import train, tune
+    from ray.train import Checkpoint, RunConfig, ScalingConfig
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+    store = os.environ["SHARED_STORAGE"]
+    def trial(config):
+        tune.report({"score": config["x"] ** 2})
+    grid = tune.Tuner(trial, param_space={"x": tune.grid_search([1, 2, 3])},
+                      run_config=tune.RunConfig(storage_path=store, name="grid")).fit()
+    seen["tune_scores"] = sorted(r.metrics["score"] for r in grid)
+    def loop(config):
+        import tempfile
+        ctx = train.get_context()
+        with tempfile.TemporaryDirectory() as folder:
+            pathlib.Path(folder, "rank").write_text(str(ctx.get_world_rank()))
+            checkpoint = Checkpoint.from_directory(folder) if ctx.get_world_rank() == 0 else None
+            train.report({"ip": ray.util.get_node_ip_address()}, checkpoint=checkpoint)
+    fit = DataParallelTrainer(loop, scaling_config=ScalingConfig(
+        num_workers=2, use_gpu=True, resources_per_worker={"CPU": 0}),
+        run_config=RunConfig(storage_path=store, name="dp")).fit()
+    seen["train_error"] = repr(fit.error) if fit.error else None
+    with fit.checkpoint.as_directory() as folder:
+        seen["train_checkpoint_rank"] = pathlib.Path(folder, "rank").read_text()
 shell.run_line_magic("raycluster", "disconnect")
 time.sleep(1)
 seen["left"] = sorted(p.name() for p in psutil.process_iter()
@@ -257,9 +284,10 @@ print(json.dumps(seen))
 """.replace("NAME", NAME)
 
 
-def notebook_pod(name: str, shm: str) -> dict[str, Any]:
+def notebook_pod(name: str, shm: str, storage: Path) -> dict[str, Any]:
     """A notebook pod as Zero to JupyterHub makes one (its own service account and
-    config), with a memory-backed /dev/shm of `shm` (docs/zero-to-jupyterhub.md)."""
+    config), with a memory-backed /dev/shm of `shm` (docs/zero-to-jupyterhub.md), and
+    `storage` as the shared storage Tune and Train write to."""
     return {
         "metadata": {"name": name},
         "spec": {
@@ -271,7 +299,8 @@ def notebook_pod(name: str, shm: str) -> dict[str, Any]:
                 "name": "notebook", "image": "jupyter/singleuser:not-pulled",
                 "command": ["python", "-c", IN_CLUSTER],
                 "env": [{"name": "JUPYTERHUB_USER", "value": "alice"},
-                        {"name": "JUPYTER_CONFIG_DIR", "value": "/mnt/jupyter"}],
+                        {"name": "JUPYTER_CONFIG_DIR", "value": "/mnt/jupyter"},
+                        {"name": "SHARED_STORAGE", "value": str(storage)}],
                 "volumeMounts": [{"name": "jupyter", "mountPath": "/mnt/jupyter"},
                                  {"name": "shm", "mountPath": "/dev/shm"}],
             }],
@@ -282,12 +311,12 @@ def notebook_pod(name: str, shm: str) -> dict[str, Any]:
 
 
 def test_a_kernel_inside_kubernetes_joins_the_cluster_and_drives_it(
-    session: Session, up: str
+    session: Session, up: str, request: pytest.FixtureRequest
 ) -> None:
     """A kernel in a pod (in-cluster config, its own service account) is a real Ray
     driver: it joins the cluster as a node that offers nothing, Ray Data and large objects
     work, and its node leaves with it. A pod whose shared memory cannot hold a Ray node
-    connects through Ray Client and says why."""
+    connects through Ray Client and says why. Tune and Train run from it as well."""
     core = k8s_client.CoreV1Api(session.admin)
     ns = session.namespace
     call_json(core.create_namespaced_service_account, ns, {"metadata": {"name": "notebook"}})
@@ -302,8 +331,11 @@ def test_a_kernel_inside_kubernetes_joins_the_cluster_and_drives_it(
     call_json(
         core.create_namespaced_config_map, ns, {"metadata": {"name": "jupyter"}, "data": files}
     )
-    call_json(core.create_namespaced_pod, ns, notebook_pod("notebook", "1Gi"))
-    call_json(core.create_namespaced_pod, ns, notebook_pod("small-shm", "64Mi"))
+    # Outside the folders a process-node pod gets privately (/tmp, /home): every pod sees it.
+    storage = Path(tempfile.mkdtemp(prefix=f"raylab-{ns}-", dir="/var/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(storage, ignore_errors=True))
+    call_json(core.create_namespaced_pod, ns, notebook_pod("notebook", "1Gi", storage))
+    call_json(core.create_namespaced_pod, ns, notebook_pod("small-shm", "64Mi", storage))
 
     def result(pod: str) -> dict[str, Any]:
         def finished() -> str | None:
@@ -311,7 +343,7 @@ def test_a_kernel_inside_kubernetes_joins_the_cluster_and_drives_it(
             return str(phase) if phase in ("Succeeded", "Failed") else None
 
         phase = wait_until(f"the in-cluster notebook {pod} to finish", finished,
-                           timeout=300, interval=1)  # fmt: skip
+                           timeout=480, interval=1)  # fmt: skip
         log = core.read_namespaced_pod_log(pod, ns, _preload_content=False).data.decode()
         assert phase == "Succeeded", log
         found: dict[str, Any] = json.loads(
@@ -328,6 +360,9 @@ def test_a_kernel_inside_kubernetes_joins_the_cluster_and_drives_it(
     assert driver["own_node"] == [{}]  # its node offers no CPU and no GPU
     assert driver["data_sum"] == 2 * sum(range(3000))  # Ray Data needs a real driver
     assert driver["put_read_by_worker"] == 30_000_000  # a worker pulled it from the pod
+    assert driver["tune_scores"] == [1, 4, 9]  # a Tune grid, each trial's metric back
+    assert driver["train_error"] is None  # DataParallelTrainer, 2 workers on the GPUs
+    assert driver["train_checkpoint_rank"] == "0"  # the checkpoint rank 0 reported
     assert driver["left"] == []  # no raylet left in the pod after `disconnect`
     # Ray itself counts the head and the two workers again: the kernel's node left.
     assert session.value("print(ray_nodes(3, 2))") == {"nodes": 3, "gpus": 2}
