@@ -70,7 +70,9 @@ for _ in range(5):
     del ref
 result["put 100 MB"] = statistics.median(puts)
 result["get 100 MB"] = statistics.median(gets)
-print("RESULT " + json.dumps(result))
+print("RESULT " + json.dumps(result), flush=True)
+if mode == "raylab":  # as a kernel ends its session: the node it joined, if any, leaves
+    ip.run_line_magic("raycluster", "disconnect")
 """
 
 

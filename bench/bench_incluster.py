@@ -9,7 +9,10 @@ process node, each a fresh Python as a notebook kernel is, alternating:
   --num-cpus=0 --num-gpus=0 --block` in the pod, then `ray.init("HEAD-SVC:6379")`;
 - Ray Client from the pod (`ray.init("ray://HEAD-SVC:10001")`), what raylab used before.
 The workload is bench_driver's: task and actor round trips, 2,000 tasks, put/get of
-100 MB. Target: each ≤ 1.2× by hand.
+100 MB. Target: each ≤ 1.2× by hand. Each pod's node leaves before its pod ends, as a
+notebook's kernel's does (its pod outlives it): a node killed with its pod stays in
+Ray's node list until the GCS misses its heartbeats (~30 s), and an actor the next
+driver creates meanwhile may be sent there and die with it.
 """
 
 from __future__ import annotations
@@ -32,17 +35,19 @@ sys.path.insert(0, str(ROOT / "tests" / "kubernetes" / "harness"))
 NAME = "incluster"
 # The pod's own node, as a user would start it by hand, then the workload as a driver.
 BY_HAND = r"""
-import os, subprocess, sys, time
+import subprocess, sys, time
 gcs = sys.argv[1]
 log = open("/tmp/ray-start.log", "w")
-subprocess.Popen(["ray", "start", "--address=" + gcs, "--num-cpus=0", "--num-gpus=0",
-                  "--object-store-memory=800000000", "--disable-usage-stats", "--block"],
-                 stdout=log, stderr=log)
+node = subprocess.Popen(["ray", "start", "--address=" + gcs, "--num-cpus=0", "--num-gpus=0",
+                         "--object-store-memory=800000000", "--disable-usage-stats", "--block"],
+                        stdout=log, stderr=log)
 deadline = time.time() + 180
 while "Ray runtime started" not in open("/tmp/ray-start.log").read():
     assert time.time() < deadline, open("/tmp/ray-start.log").read()
     time.sleep(0.2)
-os.execv(sys.executable, [sys.executable, "-c", sys.argv[2], "driver", gcs])
+subprocess.run([sys.executable, "-c", sys.argv[2], "driver", gcs])
+node.terminate()  # the node leaves the cluster (Ray drains it on SIGTERM)
+node.wait(60)
 """
 
 

@@ -33,7 +33,7 @@ print("ELAPSED", elapsed)
 RAW = """
 import os, socket, subprocess, sys, time
 from pathlib import Path
-from raylab.backends.local_processes import NodeProcess, stop_sessions
+from raylab.backends.local.processes import CLUSTER_ENV, NodeProcess, stop_sessions
 
 def free():
     with socket.socket() as s:
@@ -45,7 +45,8 @@ ray_bin = str(Path(sys.executable).with_name("ray"))
 
 # A token, as every raylab cluster has: the node and this driver both present it.
 os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=os.urandom(32).hex())
-env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+# Marked as raylab marks its nodes, so that raylab's stop_sessions ends them at the end.
+env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", **{CLUSTER_ENV: "bench-raw"})
 t0 = time.perf_counter()
 starter = subprocess.Popen(
     [ray_bin, "start", "--head", f"--port={gcs}", "--num-gpus=2",
@@ -58,7 +59,7 @@ assert ray.cluster_resources()["GPU"] == 2
 elapsed = time.perf_counter() - t0
 ray.shutdown()
 # `ray start` daemonised the node inside its session: end that session, not every Ray here.
-stop_sessions([NodeProcess("head", 0, starter.pid, 1.0, "")])
+stop_sessions([NodeProcess("head", 0, starter.pid, 1.0, "")], "bench-raw")
 print("ELAPSED", elapsed)
 """
 
