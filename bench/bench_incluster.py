@@ -36,10 +36,13 @@ NAME = "incluster"
 # The pod's own node, as a user would start it by hand, then the workload as a driver.
 BY_HAND = r"""
 import subprocess, sys, time
+from raylab.joined_node import object_store_bytes
 gcs = sys.argv[1]
 log = open("/tmp/ray-start.log", "w")
+# The object store raylab's kernel would take in this pod: only who set it up differs.
+store = str(object_store_bytes())
 node = subprocess.Popen(["ray", "start", "--address=" + gcs, "--num-cpus=0", "--num-gpus=0",
-                         "--object-store-memory=800000000", "--disable-usage-stats", "--block"],
+                         "--object-store-memory=" + store, "--disable-usage-stats", "--block"],
                         stdout=log, stderr=log)
 deadline = time.time() + 180
 while "Ray runtime started" not in open("/tmp/ray-start.log").read():
