@@ -274,6 +274,7 @@ if seen["mode"] == "driver":
         num_workers=2, use_gpu=True, resources_per_worker={"CPU": 0}),
         run_config=RunConfig(storage_path=store, name="dp")).fit()
     seen["train_error"] = repr(fit.error) if fit.error else None
+    seen["train_ip"] = fit.metrics["ip"]
     with fit.checkpoint.as_directory() as folder:
         seen["train_checkpoint_rank"] = pathlib.Path(folder, "rank").read_text()
 shell.run_line_magic("raycluster", "disconnect")
@@ -363,6 +364,7 @@ def test_a_kernel_inside_kubernetes_joins_the_cluster_and_drives_it(
     assert driver["tune_scores"] == [1, 4, 9]  # a Tune grid, each trial's metric back
     assert driver["train_error"] is None  # DataParallelTrainer, 2 workers on the GPUs
     assert driver["train_checkpoint_rank"] == "0"  # the checkpoint rank 0 reported
+    assert driver["train_ip"] in workers  # rank 0 trained on a GPU worker pod, not here
     assert driver["left"] == []  # no raylet left in the pod after `disconnect`
     # Ray itself counts the head and the two workers again: the kernel's node left.
     assert session.value("print(ray_nodes(3, 2))") == {"nodes": 3, "gpus": 2}
