@@ -114,6 +114,17 @@ class Raylab(Configurable):
         default_value={"app.kubernetes.io/name": "kuberay-operator"},
         help="KubeRay: labels of the KubeRay operator's pod (its Helm chart's by default).",
     ).tag(config=True)
+    local_queue = Unicode(
+        "",
+        help="KubeRay: the Kueue LocalQueue new clusters wait in (the label "
+        "kueue.x-k8s.io/queue-name); a GPU profile's own local_queue comes first. Empty: "
+        "no Kueue, clusters start at once.",
+    ).tag(config=True)
+    priority_classes = List(
+        Unicode(),
+        help="KubeRay with Kueue: the WorkloadPriorityClasses users may ask for with "
+        "`up --priority NAME` (the first is the default). Empty: Kueue's default priority.",
+    ).tag(config=True)
     monitoring_namespace = Unicode(
         "monitoring",
         help="KubeRay: namespace whose pods may scrape Ray's metrics port. Empty: none.",
@@ -197,7 +208,17 @@ class Settings:
             ),
         )
         self.backend: str = os.environ.get("RAYLAB_BACKEND") or options.backend
+        self.queueing: bool = bool(
+            options.local_queue or any(p.local_queue for p in gpu_types.values())
+        )
         self.token_auth: bool = options.ray_auth == "token"
+
+    def local_queue(self, gpu_type: str) -> str:
+        """The Kueue LocalQueue of new clusters of `gpu_type` ('' for none)."""
+        profile = self.profiles.get(gpu_type)
+        if profile is not None and profile.local_queue is not None:
+            return profile.local_queue
+        return str(self.options.local_queue)
 
     def local_state_dir(self) -> Path:
         return Path(os.environ.get("RAYLAB_STATE_DIR") or self.options.state_dir)

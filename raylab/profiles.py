@@ -29,6 +29,8 @@ class GpuProfile:
     # Idle clusters of this type are suspended after this long; None: 60 for GPU types,
     # 0 (never) for CPU-only ones.
     idle_suspend_minutes: float | None = None
+    # The Kueue LocalQueue of this type's clusters, over c.Raylab.local_queue ('': none).
+    local_queue: str | None = None
 
     @property
     def has_gpus(self) -> bool:

@@ -9,7 +9,7 @@ import html
 import time
 
 from .culler.ledger import UsageRow
-from .model import ClusterInfo, Phase, format_age
+from .model import ClusterInfo, Phase, QueueInfo, format_age
 from .sync.environment import ClusterEnvironment
 
 COLUMNS = ("NAME", "PHASE", "WORKERS", "GPUS", "CPU/MEM PER WORKER", "AGE", "IDLE")
@@ -185,6 +185,8 @@ def card_fields(
         fields.append(("Age", format_age(info.age(now))))
     if owner:
         fields.append(("Owner", info.owner))
+    if info.queue is not None:
+        fields.append(("Queue", queue_text(info.queue)))
     if info.ray_version:
         fields.append(("Ray", f"{info.ray_version} · Python {info.python_version or '?'}"))
     if info.environment is not None:
@@ -196,6 +198,13 @@ def card_fields(
     if idle and not suspended_text(info):  # a suspension's reason is in the phase already
         fields.append(("Idle", idle))
     return fields
+
+
+def queue_text(queue: QueueInfo) -> str:
+    """The card's Queue row: which Kueue queue, at what priority (the place is in the
+    phase's reason, which changes as the queue moves)."""
+    text = f"{queue.name} → {queue.cluster_queue}" if queue.cluster_queue else queue.name
+    return f"{text} · priority {queue.priority}" if queue.priority else text
 
 
 def connection_text(info: ClusterInfo) -> str:
@@ -244,6 +253,7 @@ PHASE_COLORS = {
     # JupyterLab theme variables: right in light and dark themes alike.
     Phase.READY: "var(--jp-success-color1)",
     Phase.STARTING: "var(--jp-info-color1)",
+    Phase.QUEUED: "var(--jp-warn-color1)",
     Phase.PENDING: "var(--jp-warn-color1)",
     Phase.DEGRADED: "var(--jp-warn-color1)",
     Phase.SUSPENDED: "var(--jp-layout-color3)",

@@ -26,7 +26,7 @@ from .errors import (
     WaitTimeout,
 )
 from .identity import may_see
-from .model import ClusterInfo, IdleState, Phase
+from .model import Capacity, ClusterInfo, IdleState, Phase
 from .spec import MAX_WORKERS, ClusterSpec, generate_name, validate_name, whole_number
 from .sync.environment import ClusterEnvironment
 
@@ -117,6 +117,20 @@ class ClusterService:
             )
         return info
 
+    def quota(self) -> QuotaUse:
+        return quota_use(self.settings, self.backend.clusters(owner=self.user))
+
+    def capacity(self, request: Mapping[str, Any]) -> Capacity | None:
+        """What a cluster asked for by `request` (gpus, gpu_type, workers) would get now
+        from the backend's queue; None where the backend queues nothing."""
+        asked = {k: v for k, v in request.items() if k in ("gpus", "gpu_type", "workers")}
+        spec = ClusterSpec.from_mapping(asked, self.settings.profiles)
+        # Only KubeRay queues (through Kueue, where the admin set a local_queue).
+        outlook: Callable[[ClusterSpec], Capacity | None] | None = getattr(
+            self.backend, "capacity", None
+        )
+        return outlook(spec) if outlook is not None else None
+
     def logs(self, name: str, tail: int = 200, *, namespace: str | None = None) -> str:
         self.get(name, namespace=namespace)
         return self.backend.logs(name, tail, namespace=namespace)
@@ -160,6 +174,7 @@ class ClusterService:
                 "use --backend kuberay, whose autoscaler keeps between --min-workers and "
                 "--max-workers",
             )
+        self._check_priority(spec)
         # The quota check and the create are one step for this user, whoever else
         # (another tab, a CLI, a kernel) asks at the same moment.
         with self.backend.quota_lock(self.user):
@@ -296,14 +311,38 @@ class ClusterService:
                 )
             if time.monotonic() >= deadline:
                 why = f": {info.reason}" if info.reason else ""
+                kept = (
+                    "it stays in the queue and starts when Kueue admits it"
+                    if info.phase == Phase.QUEUED
+                    else "it was kept"
+                )
                 raise WaitTimeout(
                     f"cluster {name!r} is still {info.phase} after {timeout:.0f} s{why}",
-                    detail=f"it was kept; {self._verb('status ' + name)} to check again, "
+                    detail=f"{kept}; {self._verb('status ' + name)} to check again, "
                     f"{self._verb('down ' + name)} to delete it",
                 )
-            time.sleep(interval)
+            # A queue moves in minutes, and each look at it is several requests.
+            time.sleep(max(interval, 1.0) if info.phase == Phase.QUEUED else interval)
 
     # --- rules --------------------------------------------------------------------
+
+    def _check_priority(self, spec: ClusterSpec) -> None:
+        """A priority orders Kueue's queue: only where clusters queue, and only one the
+        admin lists (a higher one would preempt others' clusters)."""
+        if spec.priority is None:
+            return
+        allowed = list(self.settings.options.priority_classes)
+        if self.backend.name != "kuberay" or not self.settings.local_queue(spec.gpu_type):
+            raise SpecError(
+                "priority",
+                f"clusters of GPU type {spec.gpu_type!r} do not wait in a Kueue queue here, "
+                "so a priority means nothing; leave out --priority",
+            )
+        if spec.priority not in allowed:
+            choose = f"choose one of: {', '.join(allowed)}" if allowed else "your admin lists none"
+            raise SpecError(
+                "priority", f"{spec.priority!r} is not a priority you may ask for; {choose}"
+            )
 
     def _check_quota(self, spec: ClusterSpec, replacing: ClusterInfo | None = None) -> None:
         """Call under the owner's quota_lock. An autoscaling cluster counts at its most

@@ -25,6 +25,8 @@ NAME_MAX = 40
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 # An OCI image reference: [registry[:port]/]path[:tag][@digest]. Strict on purpose: it
 # ends up in a pod spec.
+# A Kubernetes object name (DNS-1123 subdomain), as WorkloadPriorityClass names are.
+_PRIORITY = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 _IMAGE = re.compile(
     r"(?:(?:localhost|[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)+)(?::[0-9]+)?/|[a-zA-Z0-9-]+:[0-9]+/)?"
     r"[a-z0-9]+(?:[._-][a-z0-9]+)*"
@@ -49,6 +51,7 @@ FIELDS = (
     "max_workers",
     "idle_timeout_minutes",
     "idle_suspend_minutes",
+    "priority",
 )
 
 
@@ -64,6 +67,7 @@ _STORED_TYPES: dict[str, tuple[type, ...]] = {
     "max_workers": (int, type(None)),
     "idle_timeout_minutes": (int, type(None)),
     "idle_suspend_minutes": (int, float, type(None)),
+    "priority": (str, type(None)),
 }
 
 
@@ -81,6 +85,8 @@ class ClusterSpec:
     idle_timeout_minutes: int | None = None
     # Suspend after this long idle; None: the admin's limit for the GPU type. Only less.
     idle_suspend_minutes: float | None = None
+    # The Kueue WorkloadPriorityClass asked for (one the admin lists); None: the default.
+    priority: str | None = None
 
     @property
     def gpus_per_worker(self) -> int:
@@ -175,6 +181,13 @@ class ClusterSpec:
         if idle is not None:
             idle = _int(data, "idle_timeout_minutes", None, 1, 7 * 24 * 60)
         idle_suspend = _idle_suspend(data.get("idle_suspend_minutes"), profile)
+        priority = data.get("priority")
+        if priority is not None and (
+            not isinstance(priority, str) or not _PRIORITY.fullmatch(priority)
+        ):
+            raise SpecError(
+                "priority", f"{_show(priority)} is not a priority class name such as high"
+            )
         return cls(
             name=name,
             gpus=gpus,
@@ -187,6 +200,7 @@ class ClusterSpec:
             max_workers=max_w,
             idle_timeout_minutes=idle,
             idle_suspend_minutes=idle_suspend,
+            priority=priority,
         )
 
 

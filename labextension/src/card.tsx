@@ -59,6 +59,7 @@ function domId(cluster: ICluster): string {
 }
 
 const PHASE_CLASS: Record<Phase, string> = {
+  Queued: 'jp-raylab-phase-queued',
   Pending: 'jp-raylab-phase-pending',
   Starting: 'jp-raylab-phase-starting',
   Ready: 'jp-raylab-phase-ready',

@@ -6,6 +6,7 @@ import { requestAPI, requestAPIWithStatus } from './api';
  * The lifecycle phases of a cluster (`raylab/model.py`, `Phase`).
  */
 export type Phase =
+  | 'Queued'
   | 'Pending'
   | 'Starting'
   | 'Ready'
@@ -30,6 +31,26 @@ export interface IClusterSpec {
   idle_timeout_minutes: number | null;
   /** The owner's own idle limit (minutes), below the admin's; null: the admin's. */
   idle_suspend_minutes?: number | null;
+  /** The Kueue priority class asked for; null: the default. */
+  priority?: string | null;
+}
+
+/**
+ * Where a cluster stands in its Kueue queue (`raylab/model.py`, `QueueInfo`);
+ * null figures are what Kubernetes would not tell this user.
+ */
+export interface IQueueInfo {
+  name: string;
+  state: 'Queued' | 'Admitted' | 'Inactive';
+  cluster_queue: string;
+  priority: string;
+  position: number | null;
+  ahead: number | null;
+  ahead_gpus: number | null;
+  gpus_in_use: number | null;
+  gpus_quota: number | null;
+  preempted: string;
+  message: string;
 }
 
 /**
@@ -98,6 +119,8 @@ export interface ICluster {
    * from older servers: then `clusters/NAME/dashboard/`.
    */
   dashboard_path?: string | null;
+  /** Its place in a Kueue queue; null (or absent) when Kueue does not hold it. */
+  queue?: IQueueInfo | null;
 }
 
 /**
@@ -115,6 +138,7 @@ export interface ICreateRequest {
   image?: string;
   min_workers?: number | string;
   max_workers?: number | string;
+  priority?: string;
 }
 
 /**

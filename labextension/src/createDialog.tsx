@@ -2,7 +2,7 @@ import { Dialog } from '@jupyterlab/apputils';
 import { ServerConnection } from '@jupyterlab/services';
 import React from 'react';
 
-import { RaylabAPIError, describeError } from './api';
+import { RaylabAPIError, describeError, requestAPI } from './api';
 import { ICluster, ICreateRequest, createCluster } from './clusterApi';
 import { FormBody, FormDialog } from './formDialog';
 import { IGpuProfile, IProfilesReply } from './profiles';
@@ -17,7 +17,8 @@ const FIELDS = [
   'memory',
   'image',
   'min_workers',
-  'max_workers'
+  'max_workers',
+  'priority'
 ] as const;
 type Field = (typeof FIELDS)[number];
 
@@ -32,10 +33,12 @@ interface IFormValues {
   autoscale: boolean;
   min_workers: string;
   max_workers: string;
+  /** A Kueue priority class the admin lists; '' for the default. */
+  priority: string;
 }
 
-/** The fields entered as text (all but the GPU type's select). */
-type TextField = Exclude<Field, 'gpu_type'>;
+/** The fields entered as text (all but the selects). */
+type TextField = Exclude<Field, 'gpu_type' | 'priority'>;
 const NUMERIC: React.InputHTMLAttributes<HTMLInputElement> = {
   inputMode: 'numeric'
 };
@@ -78,6 +81,9 @@ export function requestFromValues(v: IFormValues): ICreateRequest {
     body.min_workers = wholeOrText(v.min_workers);
     body.max_workers = wholeOrText(v.max_workers);
   }
+  if (v.priority) {
+    body.priority = v.priority;
+  }
   return body;
 }
 
@@ -107,6 +113,7 @@ export function errorsFromFailure(reason: unknown): IFormErrors {
 
 interface ICreateFormProps {
   profiles: IProfilesReply;
+  settings: ServerConnection.ISettings;
   initial: IFormValues;
   errors: IFormErrors;
   busy: boolean;
@@ -160,8 +167,54 @@ function quotaText(p: IProfilesReply): string {
   );
 }
 
+/** What a request would get from its Kueue queue (`GET capacity`), or null. */
+interface ICapacity {
+  free_now: boolean | null;
+  text: string;
+}
+
+/**
+ * The capacity line of a GPU type that queues: read when the request changes
+ * (after a pause in typing), never on a timer.
+ */
+function useCapacity(
+  profiles: IProfilesReply,
+  settings: ServerConnection.ISettings,
+  v: IFormValues
+): ICapacity | null {
+  const [capacity, setCapacity] = React.useState<ICapacity | null>(null);
+  const queued = Boolean(profiles.queues?.[v.gpu_type]);
+  React.useEffect(() => {
+    if (!queued) {
+      setCapacity(null);
+      return;
+    }
+    let live = true;
+    const query = new URLSearchParams({
+      gpu_type: v.gpu_type,
+      gpus: v.gpus.trim(),
+      workers: v.workers.trim()
+    });
+    const timer = setTimeout(() => {
+      requestAPI<{ capacity: ICapacity | null }>(
+        `capacity?${query.toString()}`,
+        { method: 'GET' },
+        settings
+      )
+        .then(reply => live && setCapacity(reply.capacity))
+        .catch(() => live && setCapacity(null)); // the form's own check says why
+    }, 300);
+    return () => {
+      live = false;
+      clearTimeout(timer);
+    };
+  }, [queued, v.gpu_type, v.gpus, v.workers]);
+  return capacity;
+}
+
 function CreateForm(props: ICreateFormProps): React.ReactElement {
   const [v, setValues] = React.useState(props.initial);
+  const capacity = useCapacity(props.profiles, props.settings, v);
   // Fields edited since the server's last answer: their error is hidden.
   const [edited, setEdited] = React.useState<ReadonlySet<string>>(new Set());
   React.useEffect(() => setEdited(new Set()), [props.errors]);
@@ -226,6 +279,14 @@ function CreateForm(props: ICreateFormProps): React.ReactElement {
       >
         {quotaText(profiles)}
       </div>
+      {capacity && (
+        <div
+          className={`jp-raylab-capacity${capacity.free_now ? '' : ' jp-raylab-mod-queued'}`}
+          role="status"
+        >
+          {capacity.text}
+        </div>
+      )}
       {errors.form && (
         <div className="jp-raylab-form-error" role="alert">
           {errors.form}
@@ -282,6 +343,28 @@ function CreateForm(props: ICreateFormProps): React.ReactElement {
         },
         `Default: ${imageDefault}`
       )}
+      {(profiles.priority_classes ?? []).length > 0 &&
+        profiles.queues?.[v.gpu_type] && (
+          <FieldRow
+            id={id('priority')}
+            label="Priority"
+            hint="Orders the queue; a higher one may preempt lower ones"
+            error={errors.fields.priority}
+          >
+            <select
+              className="jp-mod-styled"
+              value={v.priority}
+              onChange={e => set({ priority: e.target.value })}
+            >
+              <option value="">default</option>
+              {(profiles.priority_classes ?? []).map(name => (
+                <option key={name} value={name}>
+                  {name}
+                </option>
+              ))}
+            </select>
+          </FieldRow>
+        )}
       {props.profiles.autoscales && (
         <div className="jp-raylab-field jp-raylab-checkbox">
           <label>
@@ -329,7 +412,8 @@ export class CreateClusterBody extends FormBody<ICluster | null> {
       image: '',
       autoscale: false,
       min_workers: '0',
-      max_workers: String(Math.max(1, _profiles.defaults.workers))
+      max_workers: String(Math.max(1, _profiles.defaults.workers)),
+      priority: ''
     };
   }
 
@@ -367,6 +451,7 @@ export class CreateClusterBody extends FormBody<ICluster | null> {
     return (
       <CreateForm
         profiles={this._profiles}
+        settings={this._settings}
         initial={this._values}
         errors={this._errors}
         busy={this._busy}

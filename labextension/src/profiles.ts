@@ -69,6 +69,10 @@ export interface IProfilesReply {
    * null on the local backend; absent from servers older than the overview.
    */
   namespace?: string | null;
+  /** Kueue: the LocalQueue each GPU type's clusters wait in ('' none); absent: none. */
+  queues?: Record<string, string>;
+  /** Kueue priority classes a user may ask for (the first is the default). */
+  priority_classes?: string[];
 }
 
 /**

@@ -3,7 +3,7 @@
  * CLI and the notebook status card: "Pending — reason", "2 × a100 (logical)",
  * "1/2 ready", "4 CPU · 16Gi memory", kubectl-style ages.
  */
-import type { ICluster, IEnvironment, Phase } from './clusterApi';
+import type { ICluster, IEnvironment, IQueueInfo, Phase } from './clusterApi';
 
 export function phaseText(
   cluster: ICluster,
@@ -220,6 +220,9 @@ export function cardFields(
   if (options.withOwner) {
     fields.push(['Owner', cluster.owner]);
   }
+  if (cluster.queue) {
+    fields.push(['Queue', queueText(cluster.queue)]);
+  }
   if (cluster.ray_version) {
     fields.push([
       'Ray',
@@ -238,6 +241,17 @@ export function cardFields(
     fields.push(['Idle', idle]);
   }
   return fields;
+}
+
+/** The card's Queue row (`render.queue_text`): which queue, at what priority. */
+export function queueText(queue: IQueueInfo): string {
+  let text = queue.cluster_queue
+    ? `${queue.name} → ${queue.cluster_queue}`
+    : queue.name;
+  if (queue.priority) {
+    text += ` · priority ${queue.priority}`;
+  }
+  return text;
 }
 
 /** What to type in another notebook to use this cluster (`render.connect_code`). */

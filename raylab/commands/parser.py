@@ -35,6 +35,7 @@ VERBS = {
     "pip": "pip install PKG…: install into this kernel and add to the cluster's environment",
     "job": "logs|stop|result NAME: a job made by `%%raycluster job` (a cell run as a Ray Job)",
     "jobs": "the Ray Jobs on your clusters",
+    "capacity": "what a cluster of N GPUs would get now: free, or its place in the queue",
 }
 
 
@@ -101,7 +102,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--idle-suspend", dest="idle_suspend_minutes", metavar="DURATION",
         help="suspend after this long idle, e.g. 30m (at most your admin's limit)",
     )  # fmt: skip
+    up.add_argument(
+        "--priority", help="a Kueue priority class your admin allows (clusters that queue)"
+    )
     up.add_argument("--no-connect", dest="connect", action="store_false")
+    up.add_argument(
+        "--no-wait", dest="wait", action="store_false",
+        help="return once it is created (with its place in the queue) instead of waiting",
+    )  # fmt: skip
     up.add_argument("--timeout", type=_seconds, help="seconds to wait for Ready")
     add_environment_arguments(up)
     for name in ("down", "connect", "scale", "suspend", "resume", "logs", "dashboard", "env"):
@@ -124,6 +132,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     verb("disconnect")
     add_export_arguments(verb("export"))
     add_job_arguments(verb("job"), verb("jobs"))
+    capacity = verb("capacity")
+    capacity.add_argument("--gpus", help="GPUs in the whole cluster (default from the profile)")
+    capacity.add_argument("--gpu-type", dest="gpu_type", help="a configured GPU type")
     pip = verb("pip")
     pip.add_argument("action", choices=("install",), metavar="install")
     pip.add_argument("packages", nargs=argparse.REMAINDER, metavar="PKG", help="as for pip")

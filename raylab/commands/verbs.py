@@ -109,7 +109,7 @@ class Commands:
 
     def do_up(self, args: argparse.Namespace) -> ClusterInfo:
         fields = ("name", "gpus", "gpu_type", "workers", "cpus", "memory", "image",
-                  "min_workers", "max_workers", "idle_suspend_minutes")  # fmt: skip
+                  "min_workers", "max_workers", "idle_suspend_minutes", "priority")  # fmt: skip
         request = {f: getattr(args, f) for f in fields if getattr(args, f) is not None}
         service = self.service(args.backend)
         timeout = args.timeout or self.settings.profiles.defaults.timeout
@@ -122,6 +122,11 @@ class Commands:
         # A shell has no notebook folder: the CLI sets an environment only when asked, and
         # the first kernel that connects gives the cluster its own folder.
         remember = self.may_connect or options.any_given
+        if existing is None:
+            # Where a queue decides when it starts, say what it would get before asking.
+            outlook = service.capacity(request)
+            if outlook is not None and outlook.queue:
+                self.out.line(outlook.text())
         started, began = time.time(), time.monotonic()  # shown; timed
         info, created = service.create(request, prepared.environment if remember else None)
         if created:
@@ -141,6 +146,14 @@ class Commands:
                 "backend declares them as logical GPUs (tasks get CUDA_VISIBLE_DEVICES, "
                 "not a device)"
             )
+        if not args.wait:
+            self.out.card(info)
+            where = f"; {info.reason}" if info.phase == Phase.QUEUED and info.reason else ""
+            self.out.line(
+                f"{info.name} is {info.phase}{where}. `{self.prog} status {info.name}` follows "
+                f"it; `{self.prog} connect {info.name}` waits for it and connects."
+            )
+            return info
         view = self.out.progress(info, started)
         connect = args.connect and self.may_connect
         # One wait: the kernel connects as soon as the head is up, in a thread, while the
@@ -258,6 +271,24 @@ class Commands:
         self.out.line(f"Resuming {info.name}.")
         self.out.card(info)
         return info
+
+    def do_capacity(self, args: argparse.Namespace) -> Any:
+        request = {f: getattr(args, f) for f in ("gpus", "gpu_type") if getattr(args, f)}
+        service = self.service(args.backend)
+        outlook = service.capacity(request)
+        if outlook is None:
+            self.out.line(
+                f"The {service.backend.name} backend has no queue: a cluster starts as soon "
+                "as there is room, within your quota."
+            )
+        else:
+            self.out.line(outlook.text())
+        quota = service.quota()
+        self.out.line(
+            f"Your quota: {quota.gpus_left} of {quota.max_gpus_per_user} GPUs and "
+            f"{quota.clusters_left} of {quota.max_clusters_per_user} clusters left."
+        )
+        return outlook
 
     def do_logs(self, args: argparse.Namespace) -> str:
         text = self.service(args.backend).logs(args.name, max(1, args.tail))

@@ -17,6 +17,7 @@ from .dashboard_keys import MARK, DashboardKeys
 from .events import EventsHandler
 from .export import ExportHandler
 from .handlers import (
+    CapacityHandler,
     ClusterHandler,
     ClustersHandler,
     JobLogsHandler,
@@ -40,6 +41,7 @@ ROUTES: list[tuple[str, Any]] = [
     ("events", EventsHandler),
     ("export", ExportHandler),
     ("usage", UsageHandler),
+    ("capacity", CapacityHandler),
     (url_path_join("clusters", NAME), ClusterHandler),
     (url_path_join("clusters", NAME, "logs"), LogsHandler),
     (url_path_join("clusters", NAME, "keep-running"), KeepRunningHandler),

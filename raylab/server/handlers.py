@@ -31,7 +31,7 @@ from .strict_json import parse_body
 AUTH_RESOURCE = "raylab"
 # Endpoints beyond the cluster API that this server has; the frontend shows their buttons
 # only when listed in the profiles reply (it fetches that reply at start-up anyway).
-FEATURES = ("export", "usage", "keep-running", "jobs")
+FEATURES = ("export", "usage", "keep-running", "jobs", "capacity")
 T = TypeVar("T")
 
 
@@ -349,4 +349,25 @@ class ProfilesHandler(RaylabHandler):
         # local. The overview reaches clusters elsewhere by `namespaces/NS/clusters/NAME`.
         body["namespace"] = self.cache.home
         body["features"] = list(FEATURES)
+        # Kueue: which GPU types queue (the dialog then shows what a request would get).
+        body["queues"] = {n: s.local_queue(n) for n in s.profiles.gpu_types} if (
+            s.backend == "kuberay" and s.queueing
+        ) else {}  # fmt: skip
+        body["priority_classes"] = list(s.options.priority_classes) if body["queues"] else []
         self.reply(body)
+
+
+class CapacityHandler(RaylabHandler):
+    """`GET capacity?gpus=N&gpu_type=T[&workers=W]`: what such a cluster would get now
+    (free, or what waits ahead in its Kueue queue); `{"capacity": null}` where nothing
+    queues. Read on demand (the New-cluster dialog), never polled."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        request = {
+            k: self.get_argument(k) for k in ("gpus", "gpu_type", "workers")
+            if self.get_argument(k, None) not in (None, "")
+        }  # fmt: skip
+        outlook = await self.blocking(self.service().capacity, request)
+        self.reply({"capacity": outlook.to_json() if outlook is not None else None})

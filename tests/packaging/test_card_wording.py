@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from raylab import render, widgets
-from raylab.model import ClusterInfo, Endpoints, IdleState, Phase
+from raylab.model import ClusterInfo, Endpoints, IdleState, Phase, QueueInfo
 from raylab.spec import ClusterSpec
 from raylab.sync.environment import ClusterEnvironment
 
@@ -55,6 +55,7 @@ def cluster(data: dict[str, Any]) -> ClusterInfo:
             "spec": ClusterSpec(**fields["spec"]),
             "endpoints": Endpoints(**fields["endpoints"]),
             "idle": IdleState(**fields["idle"]),
+            "queue": QueueInfo.from_json(fields.get("queue")),
             "environment": None if env is None else ClusterEnvironment(
                 **{k: tuple(v) if isinstance(v, list) else v for k, v in env.items()}
             ),
@@ -94,7 +95,7 @@ def test_the_notebook_card_and_the_terminal_card_show_those_rows(
 def test_the_fixture_covers_every_row() -> None:
     keys = {k for case in CASES for k, _ in case["rows"]}
     assert keys == {"Phase", "Workers", "Autoscaling", "GPUs", "Per worker", "Age", "Elapsed",
-                    "Owner", "Ray", "Environment", "Connection", "Idle"}  # fmt: skip
+                    "Owner", "Queue", "Ray", "Environment", "Connection", "Idle"}  # fmt: skip
 
 
 @pytest.mark.skipif(not RENDER_JS.is_file(), reason="labextension not built (npm run build:lib)")

@@ -19,13 +19,14 @@ from typing import Any
 
 from ...config import Settings
 from ...errors import BackendUnavailable, Conflict, Forbidden, NotFound, SpecError
-from ...model import ClusterInfo, IdleState
+from ...model import Capacity, ClusterInfo, IdleState, QueueInfo
 from ...spec import ClusterSpec
 from ...sync.environment import ANNOTATION as ENVIRONMENT_ANNOTATION
 from ...sync.environment import ClusterEnvironment
 from ..base import ClusterEvent
 from .config import in_cluster, load_api_client, resolve_namespace
 from .errors import ALL_NAMESPACES, Call, Refused, api_errors, translate
+from .kueue import KUEUE, PRIORITY_LABEL, QUEUE_LABEL, queue_of
 from .manifest import (
     CLIENT_PORT,
     DASHBOARD_PORT,
@@ -44,6 +45,7 @@ from .manifest import (
     versions_from_image,
 )
 from .portforward import Relay
+from .queueing import Queues, QueueView
 from .quota_lock import QuotaLease
 from .security import AUTH_ANNOTATION, ClusterSecurity
 from .status import (
@@ -100,6 +102,8 @@ class KubeRayBackend:
         self.core = client.CoreV1Api(api_client)
         self.namespace = namespace or resolve_namespace(settings, user, context_namespace)
         self.security = ClusterSecurity(api_client, self.namespace, settings, self._call)
+        # Kueue, where the admin queues clusters (c.Raylab.local_queue): no requests else.
+        self.queues = Queues(api_client, self.server, self._call) if settings.queueing else None
         # The namespaces listed and watched; None stands for all of them (one request).
         self.scopes: list[str | None]
         if ALL_NAMESPACES in watch_namespaces:
@@ -125,6 +129,9 @@ class KubeRayBackend:
         account = self.settings.options.service_account or None
         defaults = self.settings.profiles.defaults
         labels = cluster_labels(owner, spec.gpu_type)
+        local_queue = self.settings.local_queue(spec.gpu_type) if self.queues else ""
+        if local_queue and self.queues is not None:
+            self.queues.check(self.namespace, local_queue)  # before anything is made
         # Secret and NetworkPolicies first: no Ray pod runs without its token, or unfenced.
         made = self.security.prepare(spec.name, owner, labels)
         body = raycluster_manifest(
@@ -142,6 +149,12 @@ class KubeRayBackend:
         )
         if made.secret:
             body["metadata"]["annotations"][AUTH_ANNOTATION] = "token"
+        if local_queue:
+            # Kueue's webhook creates it suspended; Kueue starts it once admitted.
+            body["metadata"]["labels"][QUEUE_LABEL] = local_queue
+            priority = spec.priority or next(iter(self.settings.options.priority_classes), "")
+            if priority:
+                body["metadata"]["labels"][PRIORITY_LABEL] = priority
         if environment is not None:
             body["metadata"]["annotations"][ENVIRONMENT_ANNOTATION] = environment.to_annotation()
         try:
@@ -152,7 +165,7 @@ class KubeRayBackend:
             self.security.discard(made)
             raise
         self.security.adopt(made, obj)
-        return cluster_info(obj, in_cluster=in_cluster())
+        return cluster_info(obj, in_cluster=in_cluster(), queue=self._queue(obj))
 
     def get(self, name: str, *, namespace: str | None = None) -> ClusterInfo | None:
         """`namespace`: where the cluster is, for an admin's; None: this backend's own."""
@@ -162,7 +175,7 @@ class KubeRayBackend:
             return None
         pods = self._pods(f"{RAY_PODS}={name}", ns)
         warnings = self._warnings(name, ns) if _maybe_refused(obj) else []
-        return cluster_info(obj, pods, warnings, in_cluster=in_cluster())
+        return cluster_info(obj, pods, warnings, in_cluster=in_cluster(), queue=self._queue(obj))
 
     def clusters(self, owner: str | None = None) -> list[ClusterInfo]:
         selector = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
@@ -183,7 +196,13 @@ class KubeRayBackend:
             if any(_maybe_refused(o) for o in items):
                 cache.apply(_synced("events", self._optional_events(*calls["events"]), scope))
         infos = [
-            cluster_info(o, cache.pods_of(key), cache.warnings_of(key), in_cluster=in_cluster())
+            cluster_info(
+                o,
+                cache.pods_of(key),
+                cache.warnings_of(key),
+                in_cluster=in_cluster(),
+                queue=self._queue(o),
+            )
             for key, o in cache.clusters.items()
         ]
         # The label is a lossy form of the username; the annotation is exact.
@@ -250,11 +269,28 @@ class KubeRayBackend:
     ) -> ClusterInfo:
         # A user's suspend or resume also empties the idle state: no idle reason shown,
         # and a resumed cluster's idle clock starts again.
-        body = {
+        ns = namespace or self.namespace
+        body: dict[str, Any] = {
             "spec": {"suspend": suspended},
             "metadata": {"annotations": {IDLE_ANNOTATION: idle_annotation(IdleState())}},
         }
-        return self._patch(name, body, "application/merge-patch+json", namespace or self.namespace)
+        obj = self._require(name, ns)
+        if queue_of(obj) and self.queues is not None:
+            # Kueue owns `suspend` of what it queues: its Workload's `active` is the
+            # owner's switch (off: suspended, its quota freed; on: back in the queue).
+            if not self.queues.set_active(obj, not suspended):
+                raise Conflict(
+                    f"Kueue has not queued cluster {name!r} yet, so it cannot be "
+                    f"{'suspended' if suspended else 'resumed'} through its queue",
+                    detail="try again in a moment; if it stays so, ask your admin whether "
+                    "Kueue is running",
+                )
+            del body["spec"]
+        self._patch(name, body, "application/merge-patch+json", ns)
+        info = self.get(name, namespace=ns)
+        if info is None:
+            raise NotFound(f"no cluster named {name!r} in namespace {ns!r}")
+        return info
 
     def update_idle(
         self,
@@ -279,10 +315,14 @@ class KubeRayBackend:
         if expected is not None and expected != IdleState():
             patch.append({"op": "test", "path": path, "value": idle_annotation(expected)})
         patch.append({"op": "add", "path": path, "value": idle_annotation(idle)})
-        if suspend:
+        ns = namespace or self.namespace
+        queued = None
+        if suspend and self.queues is not None:
+            obj = self._read(name, ns)
+            queued = obj if obj is not None and queue_of(obj) else None
+        if suspend and queued is None:
             # A user's own suspend empties the annotation, so the `test` fails then.
             patch.append({"op": "add", "path": "/spec/suspend", "value": True})
-        ns = namespace or self.namespace
         try:
             with api_errors(self._call("patch", PLURAL, name, namespace=ns)):
                 self.custom.patch_namespaced_custom_object(
@@ -292,6 +332,10 @@ class KubeRayBackend:
                 )  # fmt: skip
         except (NotFound, Conflict, Refused):
             return False  # gone, or changed since it was read: decided again next sweep
+        if queued is not None and self.queues is not None:
+            # Once the idle state is stored (this culler won): through Kueue, as the
+            # owner's suspend, so that Kueue frees its quota and does not restart it.
+            self.queues.set_active(queued, False)
         return True
 
     def logs(self, name: str, tail: int = 200, *, namespace: str | None = None) -> str:
@@ -340,6 +384,9 @@ class KubeRayBackend:
         inbox: queue.Queue[Message] = queue.Queue()
         cache = Cache()
         informers = self._start_informers(cache, inbox)
+        view = QueueView(self.queues) if self.queues is not None else None
+        if view is not None:
+            view.refresh(cache, {"workloads"})
         last: dict[Key, ClusterInfo] = {}
         # Clusters the operator has not touched yet -> when to say it is silent. Nothing
         # arrives from Kubernetes at that moment, so they are re-derived on the clock.
@@ -347,7 +394,7 @@ class KubeRayBackend:
         health: str | None = None
         try:
             for key in sorted(cache.clusters):
-                yield from self._emit(key, cache, last, due)
+                yield from self._emit(key, cache, last, due, view)
             for informer in informers:
                 informer.start()
             while not stop.is_set():
@@ -356,15 +403,27 @@ class KubeRayBackend:
                     on_health(error)
                 health = error
                 try:
-                    message = inbox.get(timeout=0.25)
+                    batch = [inbox.get(timeout=0.25)]
                 except queue.Empty:
                     pass
                 else:
-                    for key in sorted(cache.apply(message)):
-                        yield from self._emit(key, cache, last, due)
+                    # What arrived together is folded in together: a queue's positions
+                    # are then read once for a burst of changes.
+                    while True:
+                        try:
+                            batch.append(inbox.get_nowait())
+                        except queue.Empty:
+                            break
+                    touched: set[Key] = set()
+                    for message in batch:
+                        touched |= cache.apply(message)
+                    if view is not None:
+                        touched |= view.refresh(cache, {m.kind for m in batch})
+                    for key in sorted(touched):
+                        yield from self._emit(key, cache, last, due, view)
                 now = time.time()
                 for key in sorted(k for k, at in due.items() if at <= now):
-                    yield from self._emit(key, cache, last, due)
+                    yield from self._emit(key, cache, last, due, view)
         finally:
             for informer in informers:
                 informer.close()
@@ -456,6 +515,19 @@ class KubeRayBackend:
         image = default_image(kernel_ray, kernel_python)
         return (f"{image}-gpu" if spec.gpus else image), kernel_ray, kernel_python
 
+    def capacity(self, spec: ClusterSpec) -> Capacity:
+        """What `spec` would get from its queue now (no queue: Capacity without one)."""
+        local_queue = self.settings.local_queue(spec.gpu_type) if self.queues else ""
+        if not local_queue or self.queues is None:
+            return Capacity(gpu_type=spec.gpu_type, gpus=spec.most_gpus)
+        return self.queues.capacity(self.namespace, local_queue, spec)
+
+    def _queue(self, obj: dict[str, Any]) -> QueueInfo | None:
+        """Its place in Kueue's queue, read now; None when Kueue does not hold it."""
+        if self.queues is None or not queue_of(obj):
+            return None
+        return self.queues.describe(obj)
+
     def _call(
         self, verb: str, resource: str, name: str | None = None, *, namespace: str | None = None
     ) -> Call:
@@ -526,15 +598,17 @@ class KubeRayBackend:
         caller; the informers then watch from those resourceVersions. One set of three
         per watched namespace, or one cluster-wide set, all into the same queue."""
         informers = []
-        for scope in self.scopes:
+        for i, scope in enumerate(self.scopes):
             calls = self._list_calls(scope, f"{MANAGED_BY_LABEL}={MANAGED_BY}")
+            if self.queues is not None:
+                calls.update(self._kueue_calls(scope, first=i == 0))
             for kind, (list_call, call) in calls.items():
                 try:
                     with api_errors(call):
                         body = self._json(list_call)
                 except Forbidden:
-                    if kind == "events":
-                        continue  # optional, as in _warnings
+                    if kind in ("events", "clusterqueues"):
+                        continue  # optional: without them, refusals or usage show less
                     raise
                 cache.apply(_synced(kind, body.get("items") or [], scope))
                 version = str(body["metadata"]["resourceVersion"])
@@ -586,6 +660,32 @@ class KubeRayBackend:
             ),
         }
 
+    def _kueue_calls(
+        self, scope: str | None, first: bool
+    ) -> dict[str, tuple[Callable[..., Any], Call]]:
+        """The Workloads of namespace `scope` (None: all), and once, the ClusterQueues
+        (cluster-wide objects: their usage, which changes as anyone's cluster starts)."""
+        custom = self.custom
+        where = scope or ALL_NAMESPACES
+        calls: dict[str, tuple[Callable[..., Any], Call]] = {
+            "workloads": (
+                (lambda **kw: custom.list_cluster_custom_object(*KUEUE, "workloads", **kw))
+                if scope is None
+                else (
+                    lambda **kw: custom.list_namespaced_custom_object(
+                        *KUEUE, scope, "workloads", **kw
+                    )
+                ),
+                self._call("list", "workloads", namespace=where),
+            )
+        }
+        if first:
+            calls["clusterqueues"] = (
+                lambda **kw: custom.list_cluster_custom_object(*KUEUE, "clusterqueues", **kw),
+                self._call("list", "clusterqueues", namespace=ALL_NAMESPACES),
+            )
+        return calls
+
     def _optional_events(self, list_call: Callable[..., Any], call: Call) -> list[dict[str, Any]]:
         """Warning events, optional reading: without the right to list them, refusals
         just show less."""
@@ -597,7 +697,12 @@ class KubeRayBackend:
         return items
 
     def _emit(
-        self, key: Key, cache: Cache, last: dict[Key, ClusterInfo], due: dict[Key, float]
+        self,
+        key: Key,
+        cache: Cache,
+        last: dict[Key, ClusterInfo],
+        due: dict[Key, float],
+        view: QueueView | None = None,
     ) -> Iterator[ClusterEvent]:
         obj = cache.clusters.get(key)
         before = last.get(key)
@@ -611,8 +716,9 @@ class KubeRayBackend:
         deadline = operator_deadline(obj)
         if deadline is not None and deadline > now:
             due[key] = deadline
+        queued = view.info(key, cache) if view is not None else None
         info = cluster_info(obj, cache.pods_of(key), cache.warnings_of(key),
-                            in_cluster=in_cluster(), now=now)  # fmt: skip
+                            in_cluster=in_cluster(), now=now, queue=queued)  # fmt: skip
         if info == before:
             return
         last[key] = info

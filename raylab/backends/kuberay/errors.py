@@ -42,6 +42,11 @@ class Call:
     def group(self) -> str:
         if self.resource.startswith("rayclusters"):
             return "ray.io"
+        if self.resource.endswith("/pendingworkloads"):
+            return "visibility.kueue.x-k8s.io"
+        kueue = ("workloads", "localqueues", "clusterqueues", "workloadpriorityclasses")
+        if self.resource in kueue:
+            return "kueue.x-k8s.io"
         groups = {"networkpolicies": "networking.k8s.io", "leases": "coordination.k8s.io"}
         return groups.get(self.resource, "")
 
@@ -150,6 +155,16 @@ def kuberay_missing(call: Call) -> BackendUnavailable:
     )
 
 
+def kueue_missing(call: Call) -> BackendUnavailable:
+    what = "visibility API" if call.group.startswith("visibility") else f"{call.resource} API"
+    return BackendUnavailable(
+        f"Kueue is not installed in the Kubernetes cluster at {call.server}: no "
+        f"{call.group} {what}, and c.Raylab.local_queue asks for it",
+        detail="ask your admin to install Kueue (docs/kueue.md), or to unset local_queue "
+        "so that clusters start without queueing",
+    )
+
+
 def forbidden(call: Call, message: str) -> Forbidden:
     what = f"{call.resource}.{call.group}" if call.group else call.resource
     if call.namespace == ALL_NAMESPACES:  # an admin's cluster-wide overview
@@ -197,6 +212,8 @@ def _from_status(exc: Any, call: Call) -> RaylabError:
     if status == HTTPStatus.FORBIDDEN:
         return forbidden(call, message)
     if status == HTTPStatus.NOT_FOUND:
+        if is_missing_api(exc) and "kueue" in call.group:
+            return kueue_missing(call)
         if is_missing_api(exc) and call.group:
             return kuberay_missing(call)
         if status_details(exc).get("kind") == "namespaces":

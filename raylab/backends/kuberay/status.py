@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from ...model import ClusterInfo, Endpoints, Phase
+from ...model import ClusterInfo, Endpoints, Phase, QueueInfo
 from ...spec import ClusterSpec
 from ...sync.environment import ANNOTATION as ENVIRONMENT_ANNOTATION
 from ...sync.environment import ClusterEnvironment
@@ -79,8 +79,10 @@ def cluster_info(
     *,
     in_cluster: bool = False,
     now: float | None = None,
+    queue: QueueInfo | None = None,
 ) -> ClusterInfo:
-    """ClusterInfo of one RayCluster; `pods` are its pods, `warnings` its Warning events.
+    """ClusterInfo of one RayCluster; `pods` are its pods, `warnings` its Warning events,
+    `queue` its place in Kueue's queue (kueue.queue_info) when Kueue holds it.
 
     `now` (epoch seconds, default the clock) dates the object's age."""
     meta = obj.get("metadata") or {}
@@ -88,7 +90,7 @@ def cluster_info(
     labels = meta.get("labels") or {}
     namespace = str(meta.get("namespace") or "")
     name = str(meta.get("name") or "")
-    status = derive_status(obj, pods, warnings, now=now)
+    status = derive_status(obj, pods, warnings, now=now, queue=queue)
     endpoints = Endpoints()
     if status.head_ready:
         # The head Service KubeRay makes; from outside the cluster it needs a port-forward
@@ -117,6 +119,7 @@ def cluster_info(
         uid=str(meta.get("uid") or ""),
         idle=idle_from_annotation(annotations.get(IDLE_ANNOTATION)),
         max_gpus=most_gpus(obj),
+        queue=queue,
     )
 
 
@@ -126,6 +129,7 @@ def derive_status(
     warnings: Sequence[Mapping[str, Any]] = (),
     *,
     now: float | None = None,
+    queue: QueueInfo | None = None,
 ) -> Status:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
@@ -145,6 +149,9 @@ def derive_status(
     rejected = _rejection(meta, status, warnings)
     if rejected:
         return result(Phase.FAILED, f"KubeRay refused the cluster: {rejected}")
+    queued = _queued(queue, spec, conditions)
+    if queued is not None:
+        return result(*queued)
     if _true(conditions, "RayClusterSuspended"):
         if spec.get("suspend"):
             return result(Phase.SUSPENDED, "suspended: no pods running")
@@ -190,6 +197,35 @@ def derive_status(
         pod, why = failing[0]
         return result(Phase.DEGRADED, f"worker pod {_pod_name(pod)}: {why}", True)
     return result(Phase.STARTING, f"{ready}/{desired} workers ready", True)
+
+
+def _queued(
+    queue: QueueInfo | None, spec: Mapping[str, Any], conditions: Mapping[Any, Mapping[str, Any]]
+) -> tuple[Phase, str] | None:
+    """The phase of a cluster Kueue holds (None: admitted, or not Kueue's: as usual).
+
+    Kueue suspends a queued cluster and unsuspends it once admitted, so while it waits
+    `spec.suspend` is Kueue's, not the user's; the owner's own suspend deactivates the
+    Workload instead (queueing.Queues.set_active).
+    """
+    if queue is None:
+        return None
+    stopped = _true(conditions, "RayClusterSuspended") and spec.get("suspend")
+    if queue.state == "Inactive":
+        if stopped:
+            return Phase.SUSPENDED, f"suspended: no pods running, out of Kueue queue {queue.name}"
+        return Phase.SUSPENDED, "suspending: stopping its pods"
+    if queue.state == "Admitted":
+        if spec.get("suspend"):
+            return Phase.STARTING, f"admitted by Kueue ({queue.cluster_queue or queue.name})"
+        return None
+    place = queue.place()
+    if queue.position is None and queue.message:
+        place = f"{place}: {queue.message}"
+    if queue.preempted:
+        why = f"preempted by Kueue ({queue.preempted}); back in the queue: {place}"
+        return Phase.QUEUED, why if stopped else f"preempted by Kueue: stopping its pods ({why})"
+    return Phase.QUEUED, place
 
 
 def operator_deadline(obj: Mapping[str, Any]) -> float | None:

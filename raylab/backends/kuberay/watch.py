@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .kueue import owner_name
 from .status import is_validation_warning
 
 log = logging.getLogger("raylab.kuberay")
@@ -179,6 +180,9 @@ class Cache:
     clusters: dict[Key, dict[str, Any]] = field(default_factory=dict)
     pods: dict[Key, dict[str, dict[str, Any]]] = field(default_factory=dict)  # cluster -> pods
     warnings: dict[Key, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    # With Kueue: each cluster's Workloads, and the ClusterQueues by name.
+    workloads: dict[Key, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    cluster_queues: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def apply(self, message: Message) -> set[Key]:
         """Fold one message in; returns the keys of the clusters it may have changed."""
@@ -192,11 +196,26 @@ class Cache:
     def warnings_of(self, key: Key) -> list[dict[str, Any]]:
         return list(self.warnings.get(key, {}).values())
 
+    def workload_of(self, key: Key) -> dict[str, Any] | None:
+        """The live Workload Kueue made for the cluster now at `key` (not for an earlier
+        cluster of the same name)."""
+        uid = ((self.clusters.get(key) or {}).get("metadata") or {}).get("uid")
+        for workload in self.workloads.get(key, {}).values():
+            meta = workload.get("metadata") or {}
+            owners = {r.get("uid") for r in meta.get("ownerReferences") or []}
+            if uid in owners and not meta.get("deletionTimestamp"):
+                return workload
+        return None
+
     def _sync(self, kind: str, items: list[dict[str, Any]], namespace: str | None) -> set[Key]:
+        if kind == "clusterqueues":
+            self.cluster_queues = {_name(o): o for o in items}
+            return set(self.workloads)
         tables: dict[str, dict[Key, Any]] = {
             "rayclusters": self.clusters,
             "pods": self.pods,
             "events": self.warnings,
+            "workloads": self.workloads,
         }
         table = tables[kind]
         touched = {k for k in table if namespace is None or k[0] == namespace}
@@ -214,12 +233,21 @@ class Cache:
                 self.clusters[key_of(obj)] = obj
             return {key_of(obj)}
         meta = obj.get("metadata") or {}
-        if kind == "pods":
+        if kind == "clusterqueues":
+            if type_ == "DELETED":
+                self.cluster_queues.pop(_name(obj), None)
+            else:
+                self.cluster_queues[_name(obj)] = obj
+            return set(self.workloads)  # any queued cluster may stand elsewhere now
+        name: Any
+        if kind == "workloads":
+            name, namespace, table = owner_name(obj), meta.get("namespace"), self.workloads
+        elif kind == "pods":
             # KubeRay's pods live in their cluster's namespace.
             name = (meta.get("labels") or {}).get("ray.io/cluster")
             namespace = meta.get("namespace")
             table = self.pods
-        else:
+        else:  # events
             if not is_validation_warning(obj):
                 return set()
             involved = obj.get("involvedObject") or {}
