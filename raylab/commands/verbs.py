@@ -124,7 +124,7 @@ class Commands:
         remember = self.may_connect or options.any_given
         if existing is None:
             # Where a queue decides when it starts, say what it would get before asking.
-            outlook = service.capacity(request)
+            outlook = service.capacity(request) if service.backend.name == "kuberay" else None
             if outlook is not None and outlook.queue:
                 self.out.line(outlook.text())
         started, began = time.time(), time.monotonic()  # shown; timed

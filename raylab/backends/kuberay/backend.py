@@ -515,12 +515,13 @@ class KubeRayBackend:
         image = default_image(kernel_ray, kernel_python)
         return (f"{image}-gpu" if spec.gpus else image), kernel_ray, kernel_python
 
-    def capacity(self, spec: ClusterSpec) -> Capacity:
-        """What `spec` would get from its queue now (no queue: Capacity without one)."""
-        local_queue = self.settings.local_queue(spec.gpu_type) if self.queues else ""
+    def capacity(self, gpu_type: str, gpus: int) -> Capacity:
+        """What `gpus` × `gpu_type` would get from its queue now (no queue: a Capacity
+        without one)."""
+        local_queue = self.settings.local_queue(gpu_type) if self.queues else ""
         if not local_queue or self.queues is None:
-            return Capacity(gpu_type=spec.gpu_type, gpus=spec.most_gpus)
-        return self.queues.capacity(self.namespace, local_queue, spec)
+            return Capacity(gpu_type=gpu_type, gpus=gpus)
+        return self.queues.capacity(self.namespace, local_queue, gpu_type, gpus)
 
     def _queue(self, obj: dict[str, Any]) -> QueueInfo | None:
         """Its place in Kueue's queue, read now; None when Kueue does not hold it."""

@@ -16,7 +16,6 @@ from typing import Any
 
 from ...errors import BackendUnavailable, Forbidden, NotFound
 from ...model import Capacity, QueueInfo
-from ...spec import ClusterSpec
 from .errors import Call, api_errors
 from .kueue import (
     KUEUE,
@@ -163,7 +162,7 @@ class Queues:
                 found[(namespace, str(meta.get("name") or ""))] = gpus_of(w)
         return found
 
-    def capacity(self, namespace: str, local_queue: str, spec: ClusterSpec) -> Capacity:
+    def capacity(self, namespace: str, local_queue: str, gpu_type: str, gpus: int) -> Capacity:
         """Free now, or what waits ahead: the ClusterQueue's usage and pending list."""
         cq_name = self.check(namespace, local_queue)  # a missing queue is said before `up`
         cq = self.cluster_queue(cq_name)
@@ -177,7 +176,7 @@ class Queues:
             if all(k in known for k in keys):
                 waiting_gpus = sum(known[k] for k in keys)
         return Capacity(
-            gpu_type=spec.gpu_type, gpus=spec.most_gpus, queue=local_queue,
+            gpu_type=gpu_type, gpus=gpus, queue=local_queue,
             cluster_queue=cq_name, gpus_in_use=used, gpus_quota=quota, waiting=waiting,
             waiting_gpus=waiting_gpus,
         )  # fmt: skip
@@ -207,14 +206,9 @@ class Queues:
         return json.loads(method(*args, _preload_content=False, **kwargs).data)
 
     def _get(self, path: str) -> dict[str, Any]:
-        response = self.api.call_api(
-            path, "GET", header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"], _preload_content=False,
-            _request_timeout=REQUEST_TIMEOUT,
-        )  # fmt: skip
-        raw = response[0] if isinstance(response, tuple) else response
-        body = json.loads(raw.data)
-        return body if isinstance(body, dict) else {}
+        """GET of an API path the generated client has no method for (the visibility
+        API's subresources); a failure raises the client's ApiException, as its methods."""
+        return get_json(self.api, path)
 
 
 def _key(entry: Mapping[str, Any], namespace: str) -> tuple[str, str]:
@@ -277,3 +271,19 @@ class QueueView:
     def _queue(self, namespace: str, local_queue: str) -> str:
         """The ClusterQueue's name, or 'ns/LocalQueue' where it cannot be read."""
         return self.queues.cluster_queue_of(namespace, local_queue) or f"{namespace}/{local_queue}"
+
+
+def get_json(api: Any, path: str) -> dict[str, Any]:
+    """GET `path` from the API server with `api`'s credentials, as JSON."""
+    from kubernetes.client.exceptions import ApiException
+
+    method, url, headers, body, post = api.param_serialize(
+        "GET", path, header_params={"Accept": "application/json"}, auth_settings=["BearerToken"]
+    )
+    response = api.call_api(method, url, header_params=headers, body=body, post_params=post,
+                            _request_timeout=REQUEST_TIMEOUT)  # fmt: skip
+    response.read()
+    if not 200 <= response.status < 300:
+        raise ApiException(http_resp=response)
+    parsed = json.loads(response.data)
+    return parsed if isinstance(parsed, dict) else {}

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Build (once per version) the binaries of the local Kubernetes test control plane:
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, ray-operator,
-#   procnode (our virtual-kubelet provider: process nodes that run pods as processes)
-# plus KubeRay's CRD YAMLs, next to ray-operator.
+#   procnode (our virtual-kubelet provider: process nodes that run pods as processes),
+#   kueue (the Kueue controller; started only by the tests that ask for it)
+# plus KubeRay's CRD YAMLs, next to ray-operator, and Kueue's manifests (CRDs, RBAC,
+# webhooks, visibility APIService, default config) under config/components/, next to kueue.
 #
 # Versions come from the wrapper modules' go.mod files in ./go/<component>/ (the single
 # source of truth; controlplane.py reads the same files). procnode is our own code: its
@@ -35,10 +37,12 @@ ETCD_MOD=go.etcd.io/etcd/server/v3
 K8S_MOD=k8s.io/kubernetes
 KWOK_MOD=sigs.k8s.io/kwok
 KUBERAY_MOD=github.com/ray-project/kuberay/ray-operator
+KUEUE_MOD=sigs.k8s.io/kueue
 ETCD_VERSION="$(module_version "$ETCD_MOD" "$HERE/go/etcd")"
 K8S_VERSION="$(module_version "$K8S_MOD" "$HERE/go/kubernetes")"
 KWOK_VERSION="$(module_version "$KWOK_MOD" "$HERE/go/kwok")"
 KUBERAY_VERSION="$(module_version "$KUBERAY_MOD" "$HERE/go/kuberay")"
+KUEUE_VERSION="$(module_version "$KUEUE_MOD" "$HERE/go/kueue")"
 VK_MOD=github.com/virtual-kubelet/virtual-kubelet
 # Same recipe as controlplane.py's procnode_version(): the sorted file names' contents.
 procnode_version() {
@@ -49,6 +53,8 @@ procnode_version() {
 }
 PROCNODE_VERSION="$(procnode_version)"
 CRDS=(ray.io_rayclusters.yaml ray.io_rayjobs.yaml ray.io_rayservices.yaml)
+# Kueue's kustomize inputs that controlplane.py renders itself (no kustomize here).
+KUEUE_CONFIG=(crd/bases rbac webhook visibility manager)
 
 # component  version  wrapper-module-dir  package
 COMPONENTS=(
@@ -59,6 +65,7 @@ COMPONENTS=(
   "kwok $KWOK_VERSION kwok $KWOK_MOD/cmd/kwok"
   "ray-operator $KUBERAY_VERSION kuberay $KUBERAY_MOD"
   "procnode $PROCNODE_VERSION procnode raylab.test/harness/procnode"
+  "kueue $KUEUE_VERSION kueue $KUEUE_MOD/cmd/kueue"
 )
 
 is_cached() { # component version
@@ -67,6 +74,10 @@ is_cached() { # component version
   if [[ "$1" == ray-operator ]]; then
     local crd
     for crd in "${CRDS[@]}"; do [[ -s "$dir/$crd" ]] || return 1; done
+  fi
+  if [[ "$1" == kueue ]]; then
+    [[ -s "$dir/config/components/crd/bases/kueue.x-k8s.io_workloads.yaml" ]] || return 1
+    [[ -s "$dir/config/components/webhook/manifests.yaml" ]] || return 1
   fi
 }
 
@@ -107,6 +118,16 @@ k8s_ldflags() {
   printf '%s' "$flags"
 }
 
+# Kueue's visibility server (an aggregated API server inside the controller) writes its
+# self-signed serving certificate to /visibility, a path its image provides; a process
+# node's pods see this machine's file system, of which only /tmp, /home, /run and /mnt
+# are the pod's own, so the path is moved under /tmp at link time (a package variable).
+# Plus the version its Makefile stamps.
+kueue_ldflags() {
+  printf '%s' "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$1"
+  printf '%s' " -X sigs.k8s.io/kueue/pkg/visibility.certDir=/tmp/kueue-visibility"
+}
+
 total_start=$SECONDS
 for entry in "${missing[@]}"; do
   read -r name version module pkg <<<"$entry"
@@ -119,12 +140,21 @@ for entry in "${missing[@]}"; do
   trap 'rm -rf "$tmp"' EXIT
   ldflags="-s -w"
   [[ $module == kubernetes ]] && ldflags="$(k8s_ldflags "$version")"
+  [[ $name == kueue ]] && ldflags="$(kueue_ldflags "$version")"
   echo "k8s-bin: building $name $version ..."
   start=$SECONDS
   (cd "$HERE/go/$module" && go build -ldflags="$ldflags" -o "$tmp/$name" "$pkg")
   if [[ $name == ray-operator ]]; then
     src="$(cd "$HERE/go/$module" && go list -m -f '{{.Dir}}' "$KUBERAY_MOD")/config/crd/bases"
     for crd in "${CRDS[@]}"; do install -m 0644 "$src/$crd" "$tmp/$crd"; done
+  fi
+  if [[ $name == kueue ]]; then
+    src="$(cd "$HERE/go/$module" && go list -m -f '{{.Dir}}' "$KUEUE_MOD")/config/components"
+    for part in "${KUEUE_CONFIG[@]}"; do
+      mkdir -p "$tmp/config/components/$part"
+      cp -R "$src/$part/." "$tmp/config/components/$part/"
+    done
+    chmod -R u+w "$tmp/config"  # the module cache's files are read-only
   fi
   # Swap in atomically so an interrupted build never leaves a half-written cache entry.
   rm -rf "$dest"

@@ -13,7 +13,9 @@ Processes (each in its own process group, logs in ``log_dir/<name>.log``):
 - procnode, the kubelet of the *process nodes* (processnodes.py), whose pods really
   run: Ray heads and workers as processes, each pod with its own IP and namespaces.
   Started where it can run (root, the tests' own network namespace); otherwise
-  ``process_nodes_unavailable`` says why and only the KWOK nodes exist.
+  ``process_nodes_unavailable`` says why and only the KWOK nodes exist;
+- on request only (``start_kueue``/``stop_kueue``), the real Kueue controller, as a
+  pod of the process node ``proc-cpu-0``, with its webhooks and visibility API.
 
 Binaries come from ``build.sh``, cached under
 ``${RAYLAB_CACHE:-~/.cache/raylab}/k8s-bin/<component>-<version>/``.
@@ -65,6 +67,8 @@ By hand::
 
     python tests/kubernetes/harness/controlplane.py build  # run build.sh
     python tests/kubernetes/harness/controlplane.py up     # start; print KUBECONFIG
+    python tests/kubernetes/harness/controlplane.py up --kueue  # with Kueue (as root,
+                                                   # in tests/netns.sh: process nodes)
 """
 
 from __future__ import annotations
@@ -129,6 +133,7 @@ KUBERAY_CRDS = (
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+FRONT_PROXY_CLIENT = "front-proxy-client"  # the aggregator's client certificate's CN
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 NODE_LEASE_SECONDS = 40  # as a kubelet's default
 NODE_MONITOR_GRACE = "3m"  # how long a node may miss heartbeats before it is lost
@@ -227,6 +232,10 @@ def _module_version(wrapper: str, module: str) -> str:
     raise ControlPlaneError(f"{module} not required in {gomod}")
 
 
+def kueue_version() -> str:
+    return _module_version("kueue", "sigs.k8s.io/kueue")
+
+
 @dataclass(frozen=True)
 class Binaries:
     etcd: Path
@@ -236,6 +245,7 @@ class Binaries:
     kwok: Path
     ray_operator: Path
     procnode: Path
+    kueue: Path
 
     @classmethod
     def locate(cls, root: Path | None = None) -> Binaries:
@@ -256,11 +266,21 @@ class Binaries:
                 _module_version("kuberay", "github.com/ray-project/kuberay/ray-operator"),
             ),
             procnode=at("procnode", processnodes.procnode_version()),
+            kueue=at("kueue", kueue_version()),
         )
 
     @property
     def crds(self) -> list[Path]:
         return [self.ray_operator.parent / name for name in KUBERAY_CRDS]
+
+    @property
+    def kueue_config(self) -> Path:
+        """Kueue's ``config/components`` (kustomize inputs), copied by build.sh."""
+        return self.kueue.parent / "config" / "components"
+
+    @property
+    def kueue_crds(self) -> list[Path]:
+        return sorted((self.kueue_config / "crd" / "bases").glob("kueue.x-k8s.io_*.yaml"))
 
     def missing(self) -> list[Path]:
         paths = [
@@ -272,6 +292,9 @@ class Binaries:
             self.ray_operator,
             self.procnode,
             *self.crds,
+            self.kueue,
+            self.kueue_config / "crd" / "bases" / "kueue.x-k8s.io_workloads.yaml",
+            self.kueue_config / "webhook" / "manifests.yaml",
         ]
         return [p for p in paths if not p.is_file()]
 
@@ -405,6 +428,344 @@ class _Process:
         return self.popen.poll() is None
 
 
+# ------------------------------------------------------------------------------ Kueue
+
+KUEUE_NAMESPACE = "kueue-system"
+KUEUE_PREFIX = "kueue-"  # config/default's namePrefix
+KUEUE_GROUP = "kueue.x-k8s.io"
+# Only these integrations: the webhook configurations then name no other kind (pods,
+# jobs, deployments, ...), so nothing else in the cluster waits on Kueue.
+KUEUE_FRAMEWORKS = ("ray.io/raycluster", "ray.io/rayjob")
+KUEUE_POD = f"{KUEUE_PREFIX}controller-manager"
+KUEUE_SERVICE_ACCOUNT = f"{KUEUE_PREFIX}controller-manager"
+KUEUE_WEBHOOK_SERVICE = f"{KUEUE_PREFIX}webhook-service"
+KUEUE_VISIBILITY_SERVICE = f"{KUEUE_PREFIX}visibility-server"
+KUEUE_CONFIG_MAP = f"{KUEUE_PREFIX}manager-config"
+KUEUE_CERT_SECRET = f"{KUEUE_PREFIX}webhook-server-cert"
+KUEUE_LABELS = {"app.kubernetes.io/name": "kueue", "control-plane": "controller-manager"}
+KUEUE_NODE = "proc-cpu-0"
+# Where the pod sees the binary's folder and its config: /mnt is private to the pod
+# (a process node makes mount points only there, /tmp, /home, /run).
+KUEUE_BINARY_MOUNT = "/mnt/kueue"
+KUEUE_CONFIG_MOUNT = "/mnt/kueue-config"
+KUEUE_CERT_DIR = "/tmp/k8s-webhook-server/serving-certs"  # webhook.certDir's default
+KUEUE_HEALTH_PORT = 8081
+KUEUE_WEBHOOK_PORT = 9443
+KUEUE_VISIBILITY_PORT = 8082
+# The CRDs whose conversion webhook config/components/crd/kustomization.yaml enables;
+# Kueue's cert rotator injects its CA into exactly these (pkg/util/cert/cert.go).
+KUEUE_CONVERSION_CRDS = (
+    "localqueues",
+    "clusterqueues",
+    "cohorts",
+    "workloads",
+    "multikueueclusters",
+)
+KUEUE_VISIBILITY_VERSIONS = ("v1beta1", "v1beta2")
+# Kinds whose objects Kueue puts its finalizer on; stop_kueue lifts it (see there).
+KUEUE_FINALIZED = (
+    "workloads",
+    "clusterqueues",
+    "resourceflavors",
+    "admissionchecks",
+    "topologies",
+)
+_MANAGER = "raylab-harness"  # field manager of what the harness applies
+
+# API path prefix, plural and namespaced-or-not of each kind the harness applies for Kueue.
+_KINDS: dict[str, tuple[str, str, bool]] = {
+    "Namespace": ("/api/v1", "namespaces", False),
+    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
+    "Secret": ("/api/v1", "secrets", True),
+    "ConfigMap": ("/api/v1", "configmaps", True),
+    "Service": ("/api/v1", "services", True),
+    "Pod": ("/api/v1", "pods", True),
+    "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
+    "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
+    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
+    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
+    "MutatingWebhookConfiguration": (
+        "/apis/admissionregistration.k8s.io/v1",
+        "mutatingwebhookconfigurations",
+        False,
+    ),
+    "ValidatingWebhookConfiguration": (
+        "/apis/admissionregistration.k8s.io/v1",
+        "validatingwebhookconfigurations",
+        False,
+    ),
+    "APIService": ("/apis/apiregistration.k8s.io/v1", "apiservices", False),
+}
+
+
+def _object_path(doc: dict[str, Any], named: bool = True) -> str:
+    prefix, plural, namespaced = _KINDS[doc["kind"]]
+    meta = doc["metadata"]
+    path = prefix
+    if namespaced:
+        path += f"/namespaces/{meta['namespace']}"
+    path += f"/{plural}"
+    return f"{path}/{meta['name']}" if named else path
+
+
+def _load_yaml(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def _kueue_meta(name: str, namespace: str | None = KUEUE_NAMESPACE) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": {"app.kubernetes.io/name": "kueue"}}
+    if namespace:
+        meta["namespace"] = namespace
+    return meta
+
+
+def _binding(
+    kind: str, name: str, role_kind: str, role: str, namespace: str | None = None
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": kind,
+        "metadata": _kueue_meta(name, namespace),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role},
+        "subjects": [
+            {
+                "kind": "ServiceAccount",
+                "name": KUEUE_SERVICE_ACCOUNT,
+                "namespace": KUEUE_NAMESPACE,
+            }
+        ],
+    }
+
+
+def kueue_manifests(config: Path) -> list[dict[str, Any]]:
+    """What config/default renders for Kueue's controller, but the Deployment (the
+    harness makes its own pod) and the webhooks: namespace, RBAC, Services, config.
+
+    kustomize is not at hand; its renames (namePrefix ``kueue-``, namespace
+    ``kueue-system``) are done here on the same input files.
+    """
+    rbac = config / "rbac"
+    docs: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": _kueue_meta(KUEUE_NAMESPACE, None)},
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": _kueue_meta(KUEUE_SERVICE_ACCOUNT),
+        },
+    ]
+    # The manager's ClusterRole, and the Roles for its leader election and its secret.
+    for name, namespaced in (
+        ("role.yaml", False),
+        ("leader_election_role.yaml", True),
+        ("manager_secrets_role.yaml", True),
+    ):
+        (role,) = _load_yaml(rbac / name)
+        role["metadata"] = _kueue_meta(
+            KUEUE_PREFIX + role["metadata"]["name"], KUEUE_NAMESPACE if namespaced else None
+        )
+        docs.append(role)
+    docs += [
+        _binding(
+            "ClusterRoleBinding",
+            f"{KUEUE_PREFIX}manager-rolebinding",
+            "ClusterRole",
+            f"{KUEUE_PREFIX}manager-role",
+        ),
+        _binding(
+            "RoleBinding",
+            f"{KUEUE_PREFIX}leader-election-rolebinding",
+            "Role",
+            f"{KUEUE_PREFIX}leader-election-role",
+            KUEUE_NAMESPACE,
+        ),
+        _binding(
+            "RoleBinding",
+            f"{KUEUE_PREFIX}manager-secrets-rolebinding",
+            "Role",
+            f"{KUEUE_PREFIX}manager-secrets-role",
+            KUEUE_NAMESPACE,
+        ),
+        # The visibility server is an extension API server: it reviews the callers'
+        # tokens and rights (upstream binds the same rules as metrics-auth-role) and
+        # reads the request-header CA (visibility/role_binding.yaml).
+        _binding(
+            "ClusterRoleBinding",
+            f"{KUEUE_PREFIX}auth-delegator",
+            "ClusterRole",
+            "system:auth-delegator",
+        ),
+        _binding(
+            "RoleBinding",
+            f"{KUEUE_PREFIX}visibility-server-auth-reader",
+            "Role",
+            "extension-apiserver-authentication-reader",
+            "kube-system",
+        ),
+        # Filled by Kueue's cert rotator, which may update it but not create it.
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": _kueue_meta(KUEUE_CERT_SECRET),
+            "type": "Opaque",
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": _kueue_meta(KUEUE_CONFIG_MAP),
+            "data": {"controller_manager_config.yaml": kueue_configuration(config)},
+        },
+    ]
+    for name, port in (
+        (KUEUE_WEBHOOK_SERVICE, KUEUE_WEBHOOK_PORT),
+        (KUEUE_VISIBILITY_SERVICE, KUEUE_VISIBILITY_PORT),
+    ):
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": _kueue_meta(name),
+                "spec": {
+                    "selector": dict(KUEUE_LABELS),
+                    "ports": [{"name": "https", "port": 443, "targetPort": port}],
+                },
+            }
+        )
+    return docs
+
+
+def kueue_configuration(config: Path) -> str:
+    """Upstream's controller_manager_config.yaml, changed for one replica in tests."""
+    (cfg,) = _load_yaml(config / "manager" / "controller_manager_config.yaml")
+    cfg.update(
+        {
+            # The default is the pod's own namespace, read from its service account.
+            "namespace": KUEUE_NAMESPACE,
+            "health": {"healthProbeBindAddress": f":{KUEUE_HEALTH_PORT}"},
+            "metrics": {"bindAddress": "0"},  # nothing scrapes it
+            "webhook": {"port": KUEUE_WEBHOOK_PORT},
+            "leaderElection": {"leaderElect": False},  # one replica, started and stopped
+            # Kueue makes its own CA and serving certificate, stores them in the
+            # secret (mounted in its pod) and injects the CA into the webhook
+            # configurations and conversion CRDs (these are the defaults, spelled out).
+            "internalCertManagement": {
+                "enable": True,
+                "webhookServiceName": KUEUE_WEBHOOK_SERVICE,
+                "webhookSecretName": KUEUE_CERT_SECRET,
+            },
+            # Only objects that name a LocalQueue are Kueue's.
+            "manageJobsWithoutQueueName": False,
+            "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+        }
+    )
+    return yaml.safe_dump(cfg, sort_keys=False)
+
+
+def _kueue_resources() -> set[str]:
+    """The ray.io resources of KUEUE_FRAMEWORKS ("ray.io/raycluster" -> rayclusters)."""
+    return {f"{framework.split('/', 1)[1]}s" for framework in KUEUE_FRAMEWORKS}
+
+
+def kueue_webhook_configurations(config: Path) -> list[dict[str, Any]]:
+    """Kueue's mutating and validating webhook configurations, with only the webhooks
+    for its own kinds and the integrations enabled (KUEUE_FRAMEWORKS)."""
+    wanted = _kueue_resources()
+    docs = _load_yaml(config / "webhook" / "manifests.yaml")
+    for doc in docs:
+        # Names the cert rotator looks for: <service minus -webhook-service>-<type>-...
+        doc["metadata"] = _kueue_meta(KUEUE_PREFIX + doc["metadata"]["name"], None)
+        kept = []
+        for hook in doc["webhooks"]:
+            groups = {g for rule in hook["rules"] for g in rule["apiGroups"]}
+            resources = {r.split("/")[0] for rule in hook["rules"] for r in rule["resources"]}
+            if groups == {KUEUE_GROUP} or (groups == {"ray.io"} and resources <= wanted):
+                service = hook["clientConfig"]["service"]
+                service["name"] = KUEUE_PREFIX + service["name"]
+                service["namespace"] = KUEUE_NAMESPACE
+                kept.append(hook)
+        doc["webhooks"] = kept
+    return docs
+
+
+def kueue_apiservices(config: Path) -> list[dict[str, Any]]:
+    """The visibility API's APIServices (visibility.kueue.x-k8s.io v1beta1, v1beta2)."""
+    docs = []
+    for version in KUEUE_VISIBILITY_VERSIONS:
+        (doc,) = _load_yaml(config / "visibility" / f"apiservice_{version}.yaml")
+        doc["metadata"] = _kueue_meta(doc["metadata"]["name"], None)
+        doc["spec"]["service"] = {"name": KUEUE_VISIBILITY_SERVICE, "namespace": KUEUE_NAMESPACE}
+        docs.append(doc)
+    return docs
+
+
+def kueue_pod(binary: Path) -> dict[str, Any]:
+    """Kueue's controller as a pod of the process node ``proc-cpu-0``: the binary is
+    this machine's, seen by the pod through a hostPath volume (wherever the cache is)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": KUEUE_POD, "namespace": KUEUE_NAMESPACE, "labels": KUEUE_LABELS},
+        "spec": {
+            # Straight to the node: no scheduling round, and nothing to queue it.
+            "nodeName": KUEUE_NODE,
+            "tolerations": [{**processnodes.PROCESS_TAINT, "operator": "Equal"}],
+            "serviceAccountName": KUEUE_SERVICE_ACCOUNT,
+            "terminationGracePeriodSeconds": 10,
+            "containers": [
+                {
+                    "name": "manager",
+                    # Never pulled (a process node runs `command`): says what runs.
+                    "image": f"registry.k8s.io/kueue/kueue:{kueue_version()}",
+                    "command": [
+                        f"{KUEUE_BINARY_MOUNT}/{binary.name}",
+                        f"--config={KUEUE_CONFIG_MOUNT}/controller_manager_config.yaml",
+                        "--zap-log-level=2",  # as upstream's Deployment
+                    ],
+                    "ports": [
+                        {"name": "webhook-server", "containerPort": KUEUE_WEBHOOK_PORT},
+                        {"name": "visibility", "containerPort": KUEUE_VISIBILITY_PORT},
+                        {"name": "health", "containerPort": KUEUE_HEALTH_PORT},
+                    ],
+                    # Ready once its certificates exist and its webhook server listens.
+                    # Probed every second (upstream: 10 s) so that start_kueue is quick.
+                    "readinessProbe": {
+                        "httpGet": {"path": "/readyz", "port": KUEUE_HEALTH_PORT},
+                        "periodSeconds": 1,
+                    },
+                    "livenessProbe": {
+                        "httpGet": {"path": "/healthz", "port": KUEUE_HEALTH_PORT},
+                        "initialDelaySeconds": 15,
+                        "periodSeconds": 20,
+                    },
+                    # Small: the node is shared with the tests' Ray pods.
+                    "resources": {
+                        "requests": {"cpu": "100m", "memory": "128Mi"},
+                        "limits": {"memory": "1Gi"},
+                    },
+                    "volumeMounts": [
+                        {"name": "kueue", "mountPath": KUEUE_BINARY_MOUNT, "readOnly": True},
+                        {"name": "config", "mountPath": KUEUE_CONFIG_MOUNT, "readOnly": True},
+                        # Kueue's cert rotator writes its certificate to the secret and
+                        # waits for it here, as upstream (manager_webhook_patch.yaml).
+                        {"name": "cert", "mountPath": KUEUE_CERT_DIR, "readOnly": True},
+                    ],
+                }
+            ],
+            "volumes": [
+                {
+                    "name": "kueue",
+                    "hostPath": {"path": str(binary.parent), "type": "Directory"},
+                },
+                {"name": "config", "configMap": {"name": KUEUE_CONFIG_MAP}},
+                {"name": "cert", "secret": {"secretName": KUEUE_CERT_SECRET}},
+            ],
+        },
+    }
+
+
+def _conditions(obj: dict[str, Any]) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in obj.get("status", {}).get("conditions") or []}
+
+
 # ---------------------------------------------------------------------- control plane
 
 
@@ -422,6 +783,7 @@ class ControlPlane:
         self._started = False
         self._cgroup: Path | None = None
         self.process_nodes_unavailable: str | None = "not started"
+        self._kueue_running = False
 
     # ---- public paths
 
@@ -514,6 +876,7 @@ class ControlPlane:
         if self._started and not keep_work_dir and self._given_work_dir is None:
             shutil.rmtree(self.work_dir, ignore_errors=True)
         self._started = False
+        self._kueue_running = False  # its pod went with procnode
 
     def __enter__(self) -> Self:
         self.start()
@@ -604,6 +967,19 @@ class ControlPlane:
                 # Close open watches on SIGTERM: otherwise a graceful stop waits for
                 # them (the controllers' watches) for over 30 s.
                 "--shutdown-watch-termination-grace-period=2s",
+                # Webhooks, CRD conversion and aggregated APIs (Kueue's) are reached at
+                # a ready endpoint of their Service (buildServiceResolver in
+                # cmd/kube-apiserver hands the same resolver to all three), not at its
+                # ClusterIP: there is no kube-proxy, and pod IPs are reachable.
+                "--enable-aggregator-routing=true",
+                # The aggregation layer (see _make_pki).
+                f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
+                f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+                f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
             ],
         )
         ctx = ssl.create_default_context(cafile=str(self.ca_file))
@@ -702,14 +1078,351 @@ class ControlPlane:
         for path in [f"{_CRD_PATH}/{name}" for name in names] + served:
             wait_until(f"{path} gone", partial(gone, path), timeout)
 
+    # ---- Kueue (only for the tests that ask for it)
+
+    @property
+    def kueue_running(self) -> bool:
+        """Between ``start_kueue()`` and ``stop_kueue()``."""
+        return self._kueue_running
+
+    def start_kueue(self, timeout: float = 180.0) -> float:
+        """Start the real Kueue controller and wait until it is ready; the seconds taken.
+
+        What config/default installs (CRDs, RBAC, Services, webhook configurations, the
+        visibility APIService), with the controller as a pod of the process node
+        ``proc-cpu-0`` (kueue_pod). Ready means: the pod is Ready (certificates made,
+        webhook server listening), the API server gets answers from its webhooks (a
+        dry-run create of a ResourceFlavor and of a RayCluster passes them), and the
+        visibility API (``visibility.kueue.x-k8s.io``) is Available.
+
+        Not part of ``start()``: while Kueue runs, every RayCluster or RayJob created
+        anywhere goes through its webhooks. Needs the process nodes. From a thread
+        that outlives it, as ``start_operator``.
+        """
+        if self._kueue_running:
+            raise ControlPlaneError("Kueue is already running")
+        if self.process_nodes_unavailable is not None:
+            raise ControlPlaneError(
+                "Kueue runs as a pod of a process node, and there are none here: "
+                f"{self.process_nodes_unavailable}"
+            )
+        assert self._binaries is not None
+        binaries = self._binaries
+        t0 = time.monotonic()
+
+        def left() -> float:
+            return max(1.0, timeout - (time.monotonic() - t0))
+
+        self._kueue_running = True  # from here on stop_kueue() has something to undo
+        try:
+            self._phase("Kueue CRDs", lambda: self.install_kueue_crds(left()))
+            for doc in kueue_manifests(binaries.kueue_config):
+                self._apply(doc)
+            # Before the pod: its cert rotator injects the CA into these as it starts.
+            for doc in kueue_webhook_configurations(binaries.kueue_config):
+                self._apply(doc)
+            self._phase("Kueue pod", lambda: self._start_kueue_pod(left()))
+            for doc in kueue_apiservices(binaries.kueue_config):
+                self._apply(doc)
+            self._phase("Kueue webhooks", lambda: self._wait_kueue_webhooks(left()))
+            self._phase("Kueue visibility", lambda: self._wait_kueue_visibility(left()))
+        except Exception as exc:
+            detail = self._kueue_diagnosis()
+            try:
+                self.stop_kueue()
+            except Exception as cleanup:  # the first error is the one to report
+                log.warning("stopping Kueue after its failed start: %s", cleanup)
+            raise ControlPlaneError(
+                f"Kueue did not start: {exc}\n{detail}\n(logs in {self.log_dir})"
+            ) from exc
+        elapsed = time.monotonic() - t0
+        log.info("Kueue %s up in %.1fs", kueue_version(), elapsed)
+        return elapsed
+
+    def stop_kueue(self, timeout: float = 60.0) -> None:
+        """Stop Kueue, leaving the cluster as if it had never run, but for its CRDs,
+        its objects and its namespace (kept for the next ``start_kueue()``).
+
+        First the webhook configurations and the visibility APIServices go, so that the
+        API server calls Kueue no more (an unavailable aggregated API would also hold up
+        namespace deletion); then its pod (its log is appended to ``kueue.log`` in the
+        log folder); then Kueue's finalizers, so that deleting a Workload, a queue or
+        a namespace later waits for no Kueue. A no-op when Kueue is not running.
+        """
+        if not self._kueue_running:
+            return
+        assert self._binaries is not None
+        t0 = time.monotonic()
+        config = self._binaries.kueue_config
+        for doc in [*kueue_webhook_configurations(config), *kueue_apiservices(config)]:
+            with contextlib.suppress(FileNotFoundError):
+                self._admin_request("DELETE", _object_path(doc))
+        self._save_kueue_log()
+        self._delete_kueue_pod(timeout)
+        self._lift_kueue_finalizers()
+        self._kueue_running = False
+        log.info("Kueue stopped in %.1fs", time.monotonic() - t0)
+
+    def install_kueue_crds(self, timeout: float = 60.0) -> None:
+        """Create Kueue's CRDs (if absent; they stay after ``stop_kueue``), with the
+        conversion webhook of those that have one, and wait until they are Established."""
+        assert self._binaries is not None
+        names = []
+        created = False
+        for path in self._binaries.kueue_crds:
+            name = _crd_name(path)
+            names.append(name)
+            with contextlib.suppress(FileExistsError):
+                # As install_crds: the YAML as is (megabytes; parsing it costs seconds).
+                self._admin_request("POST", _CRD_PATH, path.read_bytes(), "application/yaml")
+                created = True
+            if name.split(".", 1)[0] in KUEUE_CONVERSION_CRDS:
+                # config/components/crd/patches/webhook_in_*.yaml. A merge patch keeps
+                # the CA bundle Kueue injected when it last ran.
+                conversion = {
+                    "strategy": "Webhook",
+                    "webhook": {
+                        "clientConfig": {
+                            "service": {
+                                "namespace": KUEUE_NAMESPACE,
+                                "name": KUEUE_WEBHOOK_SERVICE,
+                                "path": "/convert",
+                            }
+                        },
+                        "conversionReviewVersions": ["v1"],
+                    },
+                }
+                self._admin_request(
+                    "PATCH",
+                    f"{_CRD_PATH}/{name}",
+                    json.dumps({"spec": {"conversion": conversion}}).encode(),
+                    "application/merge-patch+json",
+                )
+
+        def established(name: str) -> bool:
+            crd = self._admin_request("GET", f"{_CRD_PATH}/{name}")
+            return _conditions(crd).get("Established") == "True"
+
+        for name in names:
+            wait_until(f"CRD {name} Established", partial(established, name), timeout)
+        if created and "kube-controller-manager" in self._procs:
+            # The garbage collector learns of new kinds only at its discovery resync,
+            # every 30 s: until then a deleted RayCluster's Workload stays, and holds
+            # its quota. A new controller-manager knows them from the start.
+            self._stop("kube-controller-manager", timeout=15.0)
+            self._spawn_controller_manager()
+            self._wait_healthy("controller-manager")
+
+    def kueue_log(self, lines: int = 40, previous: bool = False) -> str:
+        """The last ``lines`` lines of Kueue's log (of its previous container if
+        ``previous``), as procnode keeps it and the API serves it."""
+        path = f"/api/v1/namespaces/{KUEUE_NAMESPACE}/pods/{KUEUE_POD}/log?container=manager"
+        path += f"&tailLines={lines}" if lines else ""
+        path += "&previous=true" if previous else ""
+        data: bytes = self._admin_request("GET", path, raw=True, timeout=15)
+        return data.decode(errors="replace")
+
+    def _apply(self, doc: dict[str, Any]) -> None:
+        """Server-side apply: creates, or brings to ``doc`` what the harness set
+        before, leaving alone what others set (Kueue's CA bundles and certificates)."""
+        query = f"?fieldManager={_MANAGER}&force=true"
+        body = json.dumps(doc).encode()  # JSON is YAML
+        self._admin_request(
+            "PATCH", _object_path(doc) + query, body, "application/apply-patch+yaml"
+        )
+
+    def _kueue_pod_path(self) -> str:
+        return f"/api/v1/namespaces/{KUEUE_NAMESPACE}/pods/{KUEUE_POD}"
+
+    def _start_kueue_pod(self, timeout: float) -> None:
+        assert self._binaries is not None
+        # A leftover (a start that failed before its cleanup): pods cannot be updated.
+        self._delete_kueue_pod(timeout)
+        pod = kueue_pod(self._binaries.kueue)
+        secret = f"/api/v1/namespaces/{KUEUE_NAMESPACE}/secrets/{KUEUE_CERT_SECRET}"
+
+        def certificate() -> bool:
+            return "tls.crt" in (self._admin_request("GET", secret).get("data") or {})
+
+        had_certificate = certificate()
+        self._admin_request("POST", _object_path(pod, named=False), json.dumps(pod).encode())
+        if not had_certificate:
+            # Kueue's first run writes its certificate to the secret and then waits for
+            # it in the secret's volume; a kubelet would update the volume within a
+            # minute or two, procnode writes volumes only when a pod starts. So a new
+            # pod, which has it from the start (as every later start_kueue).
+            wait_until(
+                "Kueue's certificate in its secret",
+                certificate,
+                timeout,
+                0.25,
+                self._check_kueue_pod,
+            )
+            self._delete_kueue_pod(timeout, grace=1)  # it ignores SIGTERM until then
+            self._admin_request("POST", _object_path(pod, named=False), json.dumps(pod).encode())
+
+        def ready() -> bool:
+            return (
+                _conditions(self._admin_request("GET", self._kueue_pod_path())).get("Ready")
+                == "True"
+            )
+
+        wait_until("Kueue's pod Ready", ready, timeout, 0.5, self._check_kueue_pod)
+
+    def _check_kueue_pod(self) -> None:
+        """Gives up on a Kueue that exited or cannot start (say why)."""
+        self._check_alive()
+        with contextlib.suppress(FileNotFoundError):
+            pod = self._admin_request("GET", self._kueue_pod_path())
+            for status in pod.get("status", {}).get("containerStatuses") or []:
+                state = status.get("state") or {}
+                waiting = (state.get("waiting") or {}).get("reason")
+                if (
+                    status.get("restartCount", 0) > 0
+                    or "terminated" in state
+                    or waiting not in (None, "ContainerCreating", "PodInitializing")
+                ):
+                    last = status.get("lastState") or state
+                    raise ControlPlaneError(f"Kueue's container failed: {json.dumps(last)}")
+
+    def _wait_kueue_webhooks(self, timeout: float) -> None:
+        # Dry runs go through every admission webhook; these fail until the API server
+        # reaches Kueue at its endpoint and trusts the CA injected into the configurations.
+        flavor = {
+            "apiVersion": f"{KUEUE_GROUP}/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "raylab-harness-probe"},
+        }
+        cluster = {
+            "apiVersion": "ray.io/v1",
+            "kind": "RayCluster",
+            "metadata": {"name": "raylab-harness-probe"},
+            "spec": {
+                "headGroupSpec": {
+                    "rayStartParams": {},
+                    "template": {
+                        "spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray"}]}
+                    },
+                }
+            },
+        }
+        probes = (
+            (f"/apis/{KUEUE_GROUP}/v1beta2/resourceflavors", flavor),
+            ("/apis/ray.io/v1/namespaces/default/rayclusters", cluster),
+        )
+        for path, body in probes:
+            wait_until(
+                f"Kueue's webhooks to admit a dry-run {body['kind']}",
+                partial(
+                    self._admin_request, "POST", path + "?dryRun=All", json.dumps(body).encode()
+                ),
+                timeout,
+                0.5,
+                self._check_kueue_pod,
+            )
+
+    def _wait_kueue_visibility(self, timeout: float) -> None:
+        assert self._binaries is not None
+        for doc in kueue_apiservices(self._binaries.kueue_config):
+            path = _object_path(doc)
+
+            def available(path: str = path) -> bool:
+                return _conditions(self._admin_request("GET", path)).get("Available") == "True"
+
+            wait_until(
+                f"APIService {doc['metadata']['name']} Available",
+                available,
+                timeout,
+                0.5,
+                self._check_kueue_pod,
+            )
+
+    def _kueue_diagnosis(self) -> str:
+        """What Kueue's pod says (status, then its log's tail), for error messages."""
+        try:
+            pod = self._admin_request("GET", self._kueue_pod_path())
+        except (FileNotFoundError, ControlPlaneError, OSError) as exc:
+            return f"(no pod: {exc})"
+        status = pod.get("status", {})
+        text = [f"pod {KUEUE_POD}: phase {status.get('phase')}, conditions {_conditions(pod)}"]
+        restarted = any(s.get("restartCount") for s in status.get("containerStatuses") or [])
+        for previous in (True, False) if restarted else (False,):
+            try:
+                tail = self.kueue_log(40, previous=previous)
+            except (FileNotFoundError, ControlPlaneError, OSError) as exc:
+                tail = f"(no log: {exc})"
+            which = "previous container" if previous else "container"
+            text.append(f"last lines of Kueue's log ({which}):\n{tail}")
+        return "\n".join(text)
+
+    def _save_kueue_log(self) -> None:
+        try:
+            text = self.kueue_log(lines=0)
+        except (FileNotFoundError, ControlPlaneError, OSError):
+            return
+        with (self.log_dir / "kueue.log").open("a") as out:
+            out.write(f"\n==== {time.strftime('%H:%M:%S')} pod {KUEUE_POD}\n{text}")
+
+    def _delete_kueue_pod(self, timeout: float, grace: int | None = None) -> None:
+        path = self._kueue_pod_path()
+
+        def gone() -> bool:
+            try:
+                self._admin_request("GET", path)
+            except FileNotFoundError:
+                return True
+            return False
+
+        for seconds in (grace, 0):  # gracefully (SIGTERM, 10 s by default), else at once
+            query = "" if seconds is None else f"?gracePeriodSeconds={seconds}"
+            try:
+                self._admin_request("DELETE", path + query)
+            except FileNotFoundError:
+                return
+            try:
+                wait_until(f"pod {KUEUE_POD} gone", gone, timeout, 0.25)
+                return
+            except TimeoutError:
+                log.warning("Kueue's pod did not go within %.0fs; deleting it at once", timeout)
+        raise ControlPlaneError(f"Kueue's pod {KUEUE_NAMESPACE}/{KUEUE_POD} did not go")
+
+    def _lift_kueue_finalizers(self) -> None:
+        # Kueue removes its finalizers from what is deleted; with Kueue gone they would
+        # hold Workloads, queues, flavors and their namespaces forever. It adds them
+        # back to what it still manages when it starts again.
+        for plural in KUEUE_FINALIZED:
+            items = self._admin_request("GET", f"/apis/{KUEUE_GROUP}/v1beta2/{plural}")["items"]
+            for item in items:
+                meta = item["metadata"]
+                finalizers = meta.get("finalizers") or []
+                kept = [f for f in finalizers if not f.startswith(f"{KUEUE_GROUP}/")]
+                if kept == finalizers:
+                    continue
+                path = f"/apis/{KUEUE_GROUP}/v1beta2"
+                if "namespace" in meta:
+                    path += f"/namespaces/{meta['namespace']}"
+                # resourceVersion: a conflict (someone else changed it) is an error.
+                patch = {
+                    "metadata": {"finalizers": kept, "resourceVersion": meta["resourceVersion"]}
+                }
+                with contextlib.suppress(FileNotFoundError):
+                    self._admin_request(
+                        "PATCH",
+                        f"{path}/{plural}/{meta['name']}",
+                        json.dumps(patch).encode(),
+                        "application/merge-patch+json",
+                    )
+
     def _admin_request(
         self,
         method: str,
         path: str,
         body: bytes | None = None,
         content_type: str = "application/json",
+        raw: bool = False,
+        timeout: float = 60.0,
     ) -> Any:
-        """A raw API request as admin.
+        """A raw API request as admin: the decoded JSON, or the bytes if ``raw``.
 
         Raises FileNotFoundError for 404, FileExistsError for 409, else ControlPlaneError.
         """
@@ -725,8 +1438,9 @@ class ControlPlane:
         )
         ctx = ssl.create_default_context(cafile=str(self.ca_file))
         try:
-            with urllib.request.urlopen(request, context=ctx, timeout=60) as response:
-                return json.loads(response.read())
+            with urllib.request.urlopen(request, context=ctx, timeout=timeout) as response:
+                data = response.read()
+                return data if raw else json.loads(data)
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace")
             if exc.code == HTTPStatus.NOT_FOUND:
@@ -861,6 +1575,29 @@ class ControlPlane:
         _openssl(
             "x509 -req -in kubelet-client.csr -CA ca.crt -CAkey ca.key -CAcreateserial"
             " -out kubelet-client.crt -days 3650 -extfile kubelet-client.ext",
+            pki,
+        )
+        # The aggregation layer (Kueue's visibility API): the API server proxies to an
+        # extension API server with this client certificate and the user in
+        # X-Remote-* headers, which the extension trusts only from a certificate of
+        # this CA with this name. A CA of its own, as kubeadm makes: the test CA's
+        # client certificates must not be able to assert users this way.
+        _openssl(
+            f"req -x509 {ec} -keyout front-proxy-ca.key -out front-proxy-ca.crt -days 3650"
+            " -subj /CN=raylab-front-proxy-ca"
+            " -addext basicConstraints=critical,CA:TRUE"
+            " -addext keyUsage=critical,keyCertSign,cRLSign",
+            pki,
+        )
+        _openssl(
+            f"req {ec} -keyout front-proxy-client.key -out front-proxy-client.csr"
+            f" -subj /CN={FRONT_PROXY_CLIENT}",
+            pki,
+        )
+        _openssl(
+            "x509 -req -in front-proxy-client.csr -CA front-proxy-ca.crt"
+            " -CAkey front-proxy-ca.key -CAcreateserial -out front-proxy-client.crt"
+            " -days 3650 -extfile kubelet-client.ext",  # the same: a client certificate
             pki,
         )
         # Service-account token signing keys (apiserver and controller-manager).
@@ -1170,6 +1907,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("build", help="build (or check) the cached binaries with build.sh")
     up = sub.add_parser("up", help="start the control plane and wait for Ctrl-C")
     up.add_argument("--work-dir", type=Path, help="an empty folder for state and logs, kept")
+    up.add_argument("--kueue", action="store_true", help="also start Kueue (process nodes)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
@@ -1181,6 +1919,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with _until_interrupted():
         plane.start()
         try:
+            if args.kueue:
+                plane.start_kueue()
             print(f"apiserver:  {plane.server_url}")
             print(f"logs:       {plane.log_dir}")
             nodes = plane.process_nodes or f"none ({plane.process_nodes_unavailable})"

@@ -1,0 +1,269 @@
+"""Shared GPUs through the real Kueue controller: raylab's clusters wait their turn in a
+LocalQueue, show their place, and Kueue, not raylab, holds the quota.
+
+The admin's objects are docs/kueue.md's, applied as written: ClusterQueue `gpus` with 16
+A100 GPUs (the two KWOK A100 nodes, so pods cost nothing), LocalQueue `team` in each
+user's namespace, priority classes `normal` and `high`. alice and bob work through
+`ClusterService` with the documented Role and queue-viewer ClusterRole; carol's backend
+holds admin credentials (as an admin's server does).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from controlplane import ControlPlane, call_json, wait_until
+from kubernetes import client as k8s_client
+
+from raylab.backends.kuberay.backend import KubeRayBackend
+from raylab.backends.kuberay.manifest import raycluster_manifest
+from raylab.culler.ledger import Meter
+from raylab.culler.ledger_store import LocalLedger
+from raylab.culler.sweep import Culler
+from raylab.errors import BackendUnavailable, SpecError, WaitTimeout
+from raylab.model import ClusterInfo, Phase
+from raylab.profiles import Profiles
+from raylab.service import ClusterService
+from raylab.spec import ClusterSpec
+
+from .kuberay_support import RAY, Recorder, grant, new_namespace, settings
+from .kueue_support import (  # noqa: F401  (kueue: a fixture)
+    KUEUE,
+    apply_documented,
+    bind_queue_viewer,
+    delete_documented,
+    kueue,
+)
+
+SETTINGS = settings(local_queue="team", priority_classes=["normal", "high"])
+# Small pods: the KWOK nodes hold them all; only GPUs are scarce.
+SMALL = {"gpu_type": "a100", "cpus": "1", "memory": "1Gi"}
+
+
+def test_no_kueue_for_the_queue_named_gives_one_line_and_creates_nothing(
+    admin_api: k8s_client.ApiClient, alice_api: k8s_client.ApiClient
+) -> None:
+    """First in the module, before its fixture starts Kueue: on a fresh control plane
+    there is no Kueue API at all; after another module ran Kueue its CRDs stay, and the
+    LocalQueue is what is missing. Either is one line naming it."""
+    with new_namespace(admin_api, "kq-none") as ns:
+        grant(admin_api, ns, "alice")
+        alice = _service(alice_api, ns, "alice")
+        with pytest.raises(BackendUnavailable) as caught:
+            alice.create({"name": "q1", "gpus": 8, "workers": 1, **SMALL})
+        message = caught.value.message
+        assert ("Kueue is not installed" in message and "local_queue asks for it" in message) or (
+            f"Kueue has no LocalQueue 'team' in namespace '{ns}'" in message
+        ), message
+        assert "\n" not in message
+        assert alice.list() == []
+        # Nothing of it was made: no Secret, no NetworkPolicy.
+        secrets = call_json(k8s_client.CoreV1Api(admin_api).list_namespaced_secret, ns)["items"]
+        assert [s["metadata"]["name"] for s in secrets if "q1" in s["metadata"]["name"]] == []
+
+
+@dataclass
+class Team:
+    alice: ClusterService
+    bob: ClusterService
+    carol: ClusterService
+    namespaces: dict[str, str]
+
+
+def _service(api: k8s_client.ApiClient, namespace: str, user: str) -> ClusterService:
+    return ClusterService(KubeRayBackend(SETTINGS, api_client=api, namespace=namespace),
+                          SETTINGS, user)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def team(
+    kueue: ControlPlane,  # noqa: F811 (the fixture)
+    admin_api: k8s_client.ApiClient,
+    alice_api: k8s_client.ApiClient,
+    bob_api: k8s_client.ApiClient,
+) -> Iterator[Team]:
+    bind_queue_viewer(admin_api, ["alice", "bob"])
+    with (
+        new_namespace(admin_api, "kq-alice") as ns_a,
+        new_namespace(admin_api, "kq-bob") as ns_b,
+        new_namespace(admin_api, "kq-carol") as ns_c,
+    ):
+        apply_documented(admin_api, [ns_a, ns_b, ns_c])
+        grant(admin_api, ns_a, "alice")
+        grant(admin_api, ns_b, "bob")
+        try:
+            yield Team(
+                alice=_service(alice_api, ns_a, "alice"),
+                bob=_service(bob_api, ns_b, "bob"),
+                carol=_service(admin_api, ns_c, "carol"),
+                namespaces={"alice": ns_a, "bob": ns_b, "carol": ns_c},
+            )
+        finally:
+            # Their clusters first (Kueue frees their quota), then the queue itself.
+            custom = k8s_client.CustomObjectsApi(admin_api)
+            for ns in (ns_a, ns_b, ns_c):
+                custom.delete_collection_namespaced_custom_object(*RAY, ns, "rayclusters")
+    delete_documented(admin_api)
+
+
+def until(
+    service: ClusterService, name: str, test: Any, what: str, timeout: float = 60
+) -> ClusterInfo:
+    def probe() -> ClusterInfo | None:
+        info = service.get(name)
+        return info if test(info) else None
+
+    return wait_until(f"{name}: {what}", probe, timeout=timeout, interval=0.3)
+
+
+def test_a_queue_of_three_users_with_preemption_suspend_and_a_kubectl_cluster(
+    team: Team, admin_api: k8s_client.ApiClient, tmp_path: Path
+) -> None:
+    alice, bob, carol = team.alice, team.bob, team.carol
+    # Before anything runs: free now, as `capacity` and the dialog say.
+    assert (
+        bob.capacity({"gpus": 16, **SMALL}).text() == "16 × a100: free now (0 in use of 16 in gpus)"
+    )
+
+    # Alice takes all 16 GPUs: admitted at once, then Ready on the KWOK A100 nodes.
+    made, _ = alice.create({"name": "all16", "gpus": 16, "workers": 2, **SMALL})
+    assert made.queue is not None
+    assert made.queue.name == "team"
+    until(alice, "all16", lambda i: i.phase == Phase.READY, "Ready", 90)
+    full = bob.capacity({"gpus": 8, **SMALL})
+    assert full.free_now is False
+    assert (
+        full.text()
+        == "8 × a100: queued: waits until GPUs in use are freed; 16 in use of 16 in gpus"
+    )
+
+    # Bob's and Carol's wait: 1st and 2nd, with the figures each may read.
+    watch = Recorder(bob.backend)
+    carol_watch = Recorder(carol.backend)
+    try:
+        bob.create({"name": "b8", "gpus": 8, "workers": 1, **SMALL})
+        b8 = until(bob, "b8", lambda i: i.queue and i.queue.position == 1, "1st in the queue")
+        assert (b8.phase, b8.reason) == (Phase.QUEUED, "1st in gpus (16 in use of 16)")
+        assert (b8.head_ready, b8.workers_ready) == (False, 0)
+        carol.create({"name": "c16", "gpus": 16, "workers": 2, **SMALL})
+        c16 = until(carol, "c16", lambda i: i.queue and i.queue.position == 2, "2nd")
+        assert c16.reason == "2nd in gpus (8 GPUs ahead of you; 16 in use of 16)"
+        watch.wait("b8", "MODIFIED", Phase.QUEUED, "1st in gpus (16 in use of 16)")
+        assert any(c.name == "b8" and c.phase == Phase.QUEUED for c in bob.list())
+
+        # A queued cluster is never idle and bills nothing.
+        culler = Culler(bob.backend, settings(local_queue="team", idle_suspend_minutes={"a100": 1}),
+                        meter=Meter(LocalLedger(tmp_path), flush_s=1e9, retention_s=1e9,
+                                    max_gap_s=1e9))  # fmt: skip
+        report = culler.sweep([b8])
+        assert (report.read, report.suspended) == (0, [])
+        assert culler.meter.observe([b8], time.time() + 3600) == {}
+
+        # Alice's down admits Bob: his card goes Queued → Starting → Ready by itself,
+        # and Carol, whose own cluster did not change, moves up to 1st.
+        alice.delete("all16")
+        watch.wait("b8", "MODIFIED", Phase.READY)
+        phases = [e.cluster.phase for e in watch.events if e.cluster.name == "b8"]
+        assert phases.index(Phase.QUEUED) < phases.index(Phase.READY)
+        assert Phase.STARTING in phases[phases.index(Phase.QUEUED) :]
+        carol_watch.wait("c16", "MODIFIED", Phase.QUEUED, "1st in gpus (8 in use of 16)")
+
+        # A higher priority preempts a lower one, and both cards say so.
+        with pytest.raises(SpecError, match="'urgent' is not a priority you may ask for"):
+            alice.create({"name": "hi", "gpus": 16, "workers": 2, "priority": "urgent", **SMALL})
+        alice.create({"name": "hi", "gpus": 16, "workers": 2, "priority": "high", **SMALL})
+        watch.wait("b8", "MODIFIED", Phase.QUEUED, "preempted by Kueue")
+        hi = until(alice, "hi", lambda i: i.phase == Phase.READY, "Ready after preempting", 90)
+        assert hi.queue is not None
+        assert hi.queue.priority == "high"
+        b8 = bob.get("b8")
+        assert b8.phase == Phase.QUEUED
+        assert "back in the queue" in b8.reason
+        assert b8.queue is not None
+        assert b8.queue.preempted
+
+        # Alice's suspend frees her quota for the next in line, whoever Kueue ranks 1st.
+        first = next(c for c in (bob.get("b8"), carol.get("c16")) if c.queue.position == 1)
+        owner = bob if first.name == "b8" else carol
+        suspended = alice.set_suspended("hi", True)
+        assert suspended.phase == Phase.SUSPENDED
+        until(
+            alice,
+            "hi",
+            lambda i: i.reason.startswith("suspended: no pods running, out of Kueue queue team"),
+            "suspended",
+        )
+        until(owner, first.name, lambda i: i.phase == Phase.READY, "Ready after the suspend", 90)
+        # Her resume queues it again (Kueue decides when it runs, not raylab).
+        resumed = alice.set_suspended("hi", False)
+        assert resumed.phase in (Phase.QUEUED, Phase.STARTING, Phase.READY, Phase.PENDING)
+        assert resumed.queue is not None
+        assert resumed.queue.state != "Inactive"
+    finally:
+        watch.close()
+        carol_watch.close()
+
+    # A RayCluster made with kubectl, without raylab, is held by Kueue just the same.
+    ns = team.namespaces["bob"]
+    profiles = Profiles()
+    spec = ClusterSpec.from_mapping({"name": "byhand", "gpus": 16, "workers": 2, **SMALL}, profiles)
+    body = raycluster_manifest(
+        spec, profiles.gpu_types["a100"], owner="bob", namespace=ns,
+        image="rayproject/ray:2.60.0-py311-gpu", ray_version="2.60.0",
+    )  # fmt: skip
+    body["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team"}
+    custom = k8s_client.CustomObjectsApi(admin_api)
+    call_json(custom.create_namespaced_custom_object, *RAY, ns, "rayclusters", body)
+    held = call_json(custom.get_namespaced_custom_object, *RAY, ns, "rayclusters", "byhand")
+    assert held["spec"]["suspend"] is True  # Kueue's webhook, before any pod exists
+
+    def workload_pending() -> bool:
+        items = call_json(custom.list_namespaced_custom_object, *KUEUE, ns, "workloads")["items"]
+        mine = [
+            w
+            for w in items
+            if any(r["name"] == "byhand" for r in w["metadata"].get("ownerReferences", []))
+        ]
+        return bool(mine) and not any(
+            c["type"] == "QuotaReserved" and c["status"] == "True"
+            for c in mine[0].get("status", {}).get("conditions", [])
+        )
+
+    wait_until("a pending Workload for the kubectl cluster", workload_pending, timeout=30)
+    time.sleep(2)
+    pods = call_json(k8s_client.CoreV1Api(admin_api).list_namespaced_pod, ns,
+                     label_selector="ray.io/cluster=byhand")["items"]  # fmt: skip
+    assert pods == []
+    for name, service in (("b8", bob), ("c16", carol), ("hi", alice)):
+        service.delete(name)
+    call_json(custom.delete_namespaced_custom_object, *RAY, ns, "rayclusters", "byhand")
+
+
+def test_up_waits_through_the_queue_and_gives_up_saying_where_it_stands(team: Team) -> None:
+    alice, bob = team.alice, team.bob
+    alice.create({"name": "hog", "gpus": 16, "workers": 2, **SMALL})
+    until(alice, "hog", lambda i: i.phase == Phase.READY, "Ready", 90)
+    bob.create({"name": "late", "gpus": 8, "workers": 1, **SMALL})
+    seen: list[str] = []
+
+    class View:
+        def update(self, info: ClusterInfo | None = None, note: str | None = None) -> None:
+            if info is not None:
+                seen.append(f"{info.phase} — {info.reason}")
+
+    with pytest.raises(WaitTimeout) as caught:
+        bob.wait("late", lambda i: i.phase == Phase.READY, 3.0, View())
+    assert str(caught.value.message).startswith(
+        "cluster 'late' is still Queued after 3 s: 1st in gpus"
+    )
+    assert "it stays in the queue and starts when Kueue admits it" in str(caught.value.detail)
+    assert any(s.startswith("Queued — 1st in gpus") for s in seen)
+    assert bob.get("late").phase == Phase.QUEUED  # kept, still in the queue
+    alice.delete("hog")
+    until(bob, "late", lambda i: i.phase == Phase.READY, "Ready once admitted", 90)
+    bob.delete("late")
