@@ -277,6 +277,25 @@ def apply_documented(api: k8s_client.ApiClient, namespaces: list[str]) -> None:
     local = next(d for d in objects if d["kind"] == "LocalQueue")
     for namespace in namespaces:
         ensure(api, {**local, "metadata": {**local["metadata"], "namespace": namespace}})
+    # Kueue takes a moment to take them in (until then its visibility API does not know
+    # them): ready once each says Active.
+    custom = _custom(api)
+    cq = next(d for d in objects if d["kind"] == "ClusterQueue")["metadata"]["name"]
+
+    def cq_active() -> bool:
+        obj = call_json(custom.get_cluster_custom_object, *KUEUE, "clusterqueues", cq)
+        return condition(obj, "Active") == "True"
+
+    def lq_active(namespace: str, name: str) -> bool:
+        obj = call_json(custom.get_namespaced_custom_object, *KUEUE, namespace, "localqueues",
+                        name)  # fmt: skip
+        return condition(obj, "Active") == "True"
+
+    wait_until(f"ClusterQueue {cq} Active", cq_active, 60, 0.2)
+    name = local["metadata"]["name"]
+    for namespace in namespaces:
+        wait_until(f"LocalQueue {namespace}/{name} Active", partial(lq_active, namespace, name),
+                   60, 0.2)  # fmt: skip
 
 
 def delete_documented(api: k8s_client.ApiClient, timeout: float = 90.0) -> None:

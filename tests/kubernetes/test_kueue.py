@@ -10,6 +10,9 @@ holds admin credentials (as an admin's server does).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,7 +34,15 @@ from raylab.profiles import Profiles
 from raylab.service import ClusterService
 from raylab.spec import ClusterSpec
 
-from .kuberay_support import RAY, Recorder, grant, new_namespace, settings
+from .kuberay_support import (
+    RAY,
+    ROOT,
+    Recorder,
+    grant,
+    new_namespace,
+    settings,
+    user_kubeconfig,
+)
 from .kueue_support import (  # noqa: F401  (kueue: a fixture)
     KUEUE,
     apply_documented,
@@ -39,6 +50,7 @@ from .kueue_support import (  # noqa: F401  (kueue: a fixture)
     delete_documented,
     kueue,
 )
+from .server_process import NO_QUOTAS, raylab_server
 
 SETTINGS = settings(local_queue="team", priority_classes=["normal", "high"])
 # Small pods: the KWOK nodes hold them all; only GPUs are scarce.
@@ -111,14 +123,40 @@ def team(
     delete_documented(admin_api)
 
 
+def saw(watch: Recorder, name: str, phase: Phase, text: str = "", timeout: float = 60) -> None:
+    """The watch yielded `name` in `phase` with `text` in its reason (as it was added or
+    as it changed: which comes first depends on when the watch saw its Workload)."""
+
+    def seen() -> bool:
+        if watch.error is not None:
+            raise watch.error
+        return watch.seen(name, "ADDED", phase, text) or watch.seen(name, "MODIFIED", phase, text)
+
+    try:
+        wait_until(f"watch: {name} {phase} {text}", seen, timeout, 0.1)
+    except TimeoutError:
+        shown = [f"{e.type} {e.cluster.phase} — {e.cluster.reason}" for e in watch.events
+                 if e.cluster.name == name]  # fmt: skip
+        raise AssertionError(
+            f"{name} never {phase} with {text!r}; the watch said: {shown}"
+        ) from None
+
+
 def until(
     service: ClusterService, name: str, test: Any, what: str, timeout: float = 60
 ) -> ClusterInfo:
+    last: list[ClusterInfo] = []
+
     def probe() -> ClusterInfo | None:
         info = service.get(name)
+        last[:] = [info]
         return info if test(info) else None
 
-    return wait_until(f"{name}: {what}", probe, timeout=timeout, interval=0.3)
+    try:
+        return wait_until(f"{name}: {what}", probe, timeout=timeout, interval=0.3)
+    except TimeoutError:
+        shown = f"{last[0].phase} — {last[0].reason} ({last[0].queue})" if last else "nothing"
+        raise AssertionError(f"{name} never {what}; last seen: {shown}") from None
 
 
 def test_a_queue_of_three_users_with_preemption_suspend_and_a_kubectl_cluster(
@@ -153,7 +191,7 @@ def test_a_queue_of_three_users_with_preemption_suspend_and_a_kubectl_cluster(
         carol.create({"name": "c16", "gpus": 16, "workers": 2, **SMALL})
         c16 = until(carol, "c16", lambda i: i.queue and i.queue.position == 2, "2nd")
         assert c16.reason == "2nd in gpus (8 GPUs ahead of you; 16 in use of 16)"
-        watch.wait("b8", "MODIFIED", Phase.QUEUED, "1st in gpus (16 in use of 16)")
+        saw(watch, "b8", Phase.QUEUED, "1st in gpus (16 in use of 16)")
         assert any(c.name == "b8" and c.phase == Phase.QUEUED for c in bob.list())
 
         # A queued cluster is never idle and bills nothing.
@@ -167,17 +205,17 @@ def test_a_queue_of_three_users_with_preemption_suspend_and_a_kubectl_cluster(
         # Alice's down admits Bob: his card goes Queued → Starting → Ready by itself,
         # and Carol, whose own cluster did not change, moves up to 1st.
         alice.delete("all16")
-        watch.wait("b8", "MODIFIED", Phase.READY)
+        saw(watch, "b8", Phase.READY)
         phases = [e.cluster.phase for e in watch.events if e.cluster.name == "b8"]
         assert phases.index(Phase.QUEUED) < phases.index(Phase.READY)
         assert Phase.STARTING in phases[phases.index(Phase.QUEUED) :]
-        carol_watch.wait("c16", "MODIFIED", Phase.QUEUED, "1st in gpus (8 in use of 16)")
+        saw(carol_watch, "c16", Phase.QUEUED, "1st in gpus (8 in use of 16)")
 
         # A higher priority preempts a lower one, and both cards say so.
         with pytest.raises(SpecError, match="'urgent' is not a priority you may ask for"):
             alice.create({"name": "hi", "gpus": 16, "workers": 2, "priority": "urgent", **SMALL})
         alice.create({"name": "hi", "gpus": 16, "workers": 2, "priority": "high", **SMALL})
-        watch.wait("b8", "MODIFIED", Phase.QUEUED, "preempted by Kueue")
+        saw(watch, "b8", Phase.QUEUED, "preempted by Kueue")
         hi = until(alice, "hi", lambda i: i.phase == Phase.READY, "Ready after preempting", 90)
         assert hi.queue is not None
         assert hi.queue.priority == "high"
@@ -267,3 +305,98 @@ def test_up_waits_through_the_queue_and_gives_up_saying_where_it_stands(team: Te
     alice.delete("hog")
     until(bob, "late", lambda i: i.phase == Phase.READY, "Ready once admitted", 90)
     bob.delete("late")
+
+
+def test_the_command_line_says_capacity_and_place_and_refuses_a_priority_in_one_line(
+    team: Team, control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """`raylab` as bob on a laptop (his kubeconfig, the admin's jupyter_server_config.py):
+    the words a user reads."""
+    config = tmp_path / "jupyter"
+    config.mkdir()
+    (config / "jupyter_server_config.py").write_text(
+        'c.Raylab.local_queue = "team"\nc.Raylab.priority_classes = ["normal", "high"]\n'
+    )
+    kubeconfig = user_kubeconfig(control_plane.kubeconfig("bob"), team.namespaces["bob"],
+                                 tmp_path / "kc")  # fmt: skip
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig), "JUPYTERHUB_USER": "bob",
+               "JUPYTER_CONFIG_DIR": str(config)}  # fmt: skip
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        argv = [sys.executable, "-m", "raylab.cli", *args, "--backend", "kuberay"]
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120,
+                              check=False)  # fmt: skip
+
+    team.alice.create({"name": "hog2", "gpus": 16, "workers": 2, **SMALL})
+    until(team.alice, "hog2", lambda i: i.phase == Phase.READY, "Ready", 90)
+    try:
+        done = cli("capacity", "--gpus", "8", "--gpu-type", "a100")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines() == [
+            "8 × a100: queued: waits until GPUs in use are freed; 16 in use of 16 in gpus",
+            "Your quota: 16 of 16 GPUs and 4 of 4 clusters left.",
+        ]
+        size = ["--gpus", "8", "--gpu-type", "a100", "--cpus", "1", "--memory", "1Gi"]
+        refused = cli("up", "--name", "nope", *size, "--priority", "urgent", "--no-wait")
+        assert refused.returncode != 0
+        said = refused.stderr.strip().splitlines()
+        assert len(said) == 1, refused.stderr
+        assert said[0].startswith("raylab: error: ")
+        assert said[0].endswith("'urgent' is not a priority you may ask for; choose one of: "
+                                "normal, high")  # fmt: skip
+        made = cli("up", "--name", "cli8", *size, "--priority", "high", "--no-wait")
+        assert made.returncode == 0, made.stderr
+        lines = made.stdout.splitlines()
+        assert lines[0] == (
+            "8 × a100: queued: waits until GPUs in use are freed; 16 in use of 16 in gpus"
+        )
+        assert any(
+            line.split() == ["Queue:", "team", "→", "gpus", "·", "priority", "high"]
+            for line in lines
+        ), made.stdout
+        assert lines[-1].startswith("cli8 is Queued; ") or lines[-1].startswith("cli8 is Starting")
+        listed = cli("list")
+        assert listed.returncode == 0, listed.stderr
+        assert any(line.startswith("cli8") for line in listed.stdout.splitlines())
+    finally:
+        team.alice.delete("hog2")
+        cli("down", "cli8")
+
+
+def test_the_server_tells_the_dialog_what_a_request_would_get(
+    team: Team, control_plane: ControlPlane, admin_api: k8s_client.ApiClient, tmp_path: Path
+) -> None:
+    """The REST calls of the New-cluster dialog, on a real Jupyter server as alice."""
+    options = (*NO_QUOTAS, "--Raylab.local_queue=team", "--Raylab.priority_classes=normal",
+               "--Raylab.priority_classes=high")  # fmt: skip
+    with raylab_server(control_plane, tmp_path, "kq-srv", options) as (server, namespace):
+        apply_documented(admin_api, [namespace])
+        profiles = server.get("raylab/profiles")
+        assert profiles["queues"]["a100"] == "team"
+        assert profiles["priority_classes"] == ["normal", "high"]
+        assert "capacity" in profiles["features"]
+        # Free once the earlier tests' clusters have left the queue.
+        free = wait_until("the queue empty", lambda: (
+            c := server.get("raylab/capacity?gpus=8&gpu_type=a100")["capacity"]
+        )["free_now"] and c, timeout=60)  # fmt: skip
+        assert free["text"] == "8 × a100: free now (0 in use of 16 in gpus)"
+        status, body = server.post("raylab/clusters", {"name": "x", "gpus": 8, "workers": 1,
+                                                        "priority": "urgent", **SMALL})  # fmt: skip
+        assert (status, body["field"]) == (422, "priority"), body
+        status, body = server.post("raylab/clusters", {"name": "dlg", "gpus": 8, "workers": 1,
+                                                        "priority": "high", **SMALL})  # fmt: skip
+        assert status == 201, body
+        queue = body["cluster"]["queue"]
+        assert (queue["name"], queue["priority"]) == ("team", "high")
+        assert body["cluster"]["spec"]["priority"] == "high"
+        # Once Kueue has admitted it (a moment later), 16 more would wait.
+        after = wait_until("8 GPUs in use", lambda: (
+            c := server.get("raylab/capacity?gpus=16&gpu_type=a100")["capacity"]
+        )["free_now"] is False and c, timeout=60)  # fmt: skip
+        assert after["text"] == (
+            "16 × a100: queued: waits until GPUs in use are freed; 8 in use of 16 in gpus"
+        )
+        k8s_client.CustomObjectsApi(admin_api).delete_namespaced_custom_object(
+            *RAY, namespace, "rayclusters", "dlg"
+        )
