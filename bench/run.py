@@ -16,6 +16,7 @@ import bench_jobs
 import bench_joined_node
 import bench_kuberay_up
 import bench_load
+import bench_queue
 import bench_ready_latency
 import bench_server
 import bench_sidebar
@@ -40,6 +41,7 @@ BENCHES = {
     "joined_node": bench_joined_node.run,
     "jobs": bench_jobs.run,
     "incluster": bench_incluster.run,
+    "queue": bench_queue.run,
 }
 
 

@@ -183,6 +183,10 @@ def test_a_queue_of_three_users_with_preemption_suspend_and_a_kubectl_cluster(
     # Bob's and Carol's wait: 1st and 2nd, with the figures each may read.
     watch = Recorder(bob.backend)
     carol_watch = Recorder(carol.backend)
+    # The admin overview: one cluster-wide watch, every user's place (and GPUs ahead).
+    everyone = KubeRayBackend(SETTINGS, api_client=admin_api, namespace=team.namespaces["carol"],
+                              watch_namespaces=["*"])  # fmt: skip
+    overview = Recorder(everyone)
     try:
         bob.create({"name": "b8", "gpus": 8, "workers": 1, **SMALL})
         b8 = until(bob, "b8", lambda i: i.queue and i.queue.position == 1, "1st in the queue")
@@ -192,6 +196,8 @@ def test_a_queue_of_three_users_with_preemption_suspend_and_a_kubectl_cluster(
         c16 = until(carol, "c16", lambda i: i.queue and i.queue.position == 2, "2nd")
         assert c16.reason == "2nd in gpus (8 GPUs ahead of you; 16 in use of 16)"
         saw(watch, "b8", Phase.QUEUED, "1st in gpus (16 in use of 16)")
+        saw(overview, "b8", Phase.QUEUED, "1st in gpus (16 in use of 16)")
+        saw(overview, "c16", Phase.QUEUED, "2nd in gpus (8 GPUs ahead of you; 16 in use of 16)")
         assert any(c.name == "b8" and c.phase == Phase.QUEUED for c in bob.list())
 
         # A queued cluster is never idle and bills nothing.
@@ -245,6 +251,7 @@ def test_a_queue_of_three_users_with_preemption_suspend_and_a_kubectl_cluster(
     finally:
         watch.close()
         carol_watch.close()
+        overview.close()
 
     # A RayCluster made with kubectl, without raylab, is held by Kueue just the same.
     ns = team.namespaces["bob"]
