@@ -281,8 +281,13 @@ async def test_quota_is_checked_before_anything_is_made(
 
 async def test_profiles_list_the_export_feature_and_its_route_answers(jp_fetch: Any) -> None:
     profiles = await fetch_json(jp_fetch, "profiles")
-    assert profiles["features"] == ["export", "usage", "keep-running", "jobs"]
+    assert profiles["features"] == ["export", "usage", "keep-running", "jobs", "capacity"]
     assert profiles["autoscales"] is False  # local: the dialog offers no autoscaling
+    # Nothing queues locally: the dialog shows no capacity line and no priority.
+    assert (profiles["queues"], profiles["priority_classes"]) == ({}, [])
+    assert await fetch_json(jp_fetch, "capacity") == {"capacity": None}
+    code, err = await refused(jp_fetch, "capacity", params={"gpus": "nan"})
+    assert (code, err["field"]) == (422, "gpus")
     assert profiles["namespace"] is None  # local: no namespaces, a name alone is the path
     # What the frontend's "Export to pipeline" button relies on: the route is served (a
     # 422 naming the missing field, not the catch-all's 404).
