@@ -29,7 +29,7 @@ from raylab.culler.ledger import Meter
 from raylab.culler.ledger_store import LocalLedger
 from raylab.culler.sweep import Culler
 from raylab.errors import BackendUnavailable, SpecError, WaitTimeout
-from raylab.model import ClusterInfo, Phase
+from raylab.model import ClusterInfo, IdleState, Phase
 from raylab.profiles import Profiles
 from raylab.service import ClusterService
 from raylab.spec import ClusterSpec
@@ -192,6 +192,7 @@ def test_a_queue_of_three_users_with_preemption_suspend_and_a_kubectl_cluster(
         b8 = until(bob, "b8", lambda i: i.queue and i.queue.position == 1, "1st in the queue")
         assert (b8.phase, b8.reason) == (Phase.QUEUED, "1st in gpus (16 in use of 16)")
         assert (b8.head_ready, b8.workers_ready) == (False, 0)
+        time.sleep(1.1)  # Kueue orders equal priorities by creation time, in whole seconds
         carol.create({"name": "c16", "gpus": 16, "workers": 2, **SMALL})
         c16 = until(carol, "c16", lambda i: i.queue and i.queue.position == 2, "2nd")
         assert c16.reason == "2nd in gpus (8 GPUs ahead of you; 16 in use of 16)"
@@ -248,6 +249,12 @@ def test_a_queue_of_three_users_with_preemption_suspend_and_a_kubectl_cluster(
         assert resumed.phase in (Phase.QUEUED, Phase.STARTING, Phase.READY, Phase.PENDING)
         assert resumed.queue is not None
         assert resumed.queue.state != "Inactive"
+    except BaseException:
+        # Nothing of this test left in the queue for the next ones.
+        for name, service in (("all16", alice), ("b8", bob), ("c16", carol), ("hi", alice)):
+            if service.backend.get(name) is not None:
+                service.delete(name)
+        raise
     finally:
         watch.close()
         carol_watch.close()
@@ -312,6 +319,39 @@ def test_up_waits_through_the_queue_and_gives_up_saying_where_it_stands(team: Te
     alice.delete("hog")
     until(bob, "late", lambda i: i.phase == Phase.READY, "Ready once admitted", 90)
     bob.delete("late")
+
+
+def test_the_culler_suspends_a_running_queued_cluster_through_kueue(team: Team) -> None:
+    """The culler's suspension (the one conditional patch every culler makes) of a
+    cluster Kueue admitted: Kueue frees its GPUs for the next in line instead of
+    starting it again, and it stays suspended until its owner resumes it."""
+    alice, bob = team.alice, team.bob
+    try:
+        alice.create({"name": "idle16", "gpus": 16, "workers": 2, **SMALL})
+        until(alice, "idle16", lambda i: i.phase == Phase.READY, "Ready", 90)
+        bob.create({"name": "next8", "gpus": 8, "workers": 1, **SMALL})
+        until(bob, "next8", lambda i: i.phase == Phase.QUEUED and i.queue.position == 1, "1st")
+        now = float(int(time.time()))  # the annotation keeps whole seconds
+        warned = IdleState(since=now - 3600, suspend_at=now - 1)
+        assert alice.backend.update_idle("idle16", warned)
+        done = IdleState(since=now - 3600, suspended_at=now)
+        assert alice.backend.update_idle("idle16", done, expected=warned, suspend=True)
+        out = "suspended: no pods running, out of Kueue queue team"
+        until(alice, "idle16", lambda i: i.phase == Phase.SUSPENDED and i.reason.startswith(out),
+              "suspended by the culler")  # fmt: skip
+        until(bob, "next8", lambda i: i.phase == Phase.READY, "Ready on the freed GPUs", 90)
+        time.sleep(3)  # Kueue does not take it back: it stays suspended
+        kept = alice.get("idle16")
+        assert kept.phase == Phase.SUSPENDED
+        assert kept.idle.suspended_at == done.suspended_at  # the culler's reason is kept
+        # Its owner's resume puts it back in the queue, behind what now runs.
+        resumed = alice.set_suspended("idle16", False)
+        assert resumed.queue is not None
+        assert resumed.queue.state == "Queued"
+    finally:
+        for name, service in (("idle16", alice), ("next8", bob)):
+            if service.backend.get(name) is not None:
+                service.delete(name)
 
 
 def test_the_command_line_says_capacity_and_place_and_refuses_a_priority_in_one_line(
