@@ -27,7 +27,14 @@ from .errors import (
 )
 from .identity import may_see
 from .model import Capacity, ClusterInfo, IdleState, Phase
-from .spec import MAX_GPUS, MAX_WORKERS, ClusterSpec, generate_name, validate_name, whole_number
+from .spec import (
+    MAX_WORKERS,
+    ClusterSpec,
+    generate_name,
+    requested_gpus,
+    validate_name,
+    whole_number,
+)
 from .sync.environment import ClusterEnvironment
 
 # How long `wait` takes a refusal for a restarting API server's (see there).
@@ -121,16 +128,9 @@ class ClusterService:
         return quota_use(self.settings, self.backend.clusters(owner=self.user))
 
     def capacity(self, request: Mapping[str, Any]) -> Capacity | None:
-        """What a cluster asked for by `request` (gpus, gpu_type, workers) would get now
+        """What a cluster asked for by `request` (its gpus, gpu_type) would get now
         from the backend's queue; None where the backend queues nothing."""
-        profiles = self.settings.profiles
-        gpus = whole_number(request.get("gpus", profiles.defaults.gpus), "gpus", 0, MAX_GPUS)
-        gpu_type = request.get("gpu_type") or profiles.default_gpu_type(gpus)
-        if not isinstance(gpu_type, str) or profiles.get(gpu_type) is None:
-            raise SpecError(
-                "gpu_type",
-                f"unknown GPU type {gpu_type!r}; choose one of: {', '.join(profiles.gpu_types)}",
-            )
+        gpus, gpu_type = requested_gpus(request, self.settings.profiles)
         # Only KubeRay queues (through Kueue, where the admin set a local_queue); how the
         # GPUs split into workers does not change what the queue says.
         outlook: Callable[[str, int], Capacity | None] | None = getattr(

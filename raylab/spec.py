@@ -140,17 +140,8 @@ class ClusterSpec:
             )
         d = profiles.defaults
         name = _name(data.get("name"))
-        gpus = _int(data, "gpus", d.gpus, 0, MAX_GPUS)
+        gpus, gpu_type = requested_gpus(data, profiles)
         workers = _int(data, "workers", d.workers, 0, MAX_WORKERS)
-        gpu_type = data.get("gpu_type")
-        if gpu_type is None:
-            gpu_type = profiles.default_gpu_type(gpus)
-        if not isinstance(gpu_type, str) or profiles.get(gpu_type) is None:
-            raise SpecError(
-                "gpu_type",
-                f"unknown GPU type {_show(gpu_type)}; "
-                f"choose one of: {', '.join(profiles.gpu_types)}",
-            )
         profile = profiles.gpu_types[gpu_type]
         if gpus and not profile.has_gpus:
             raise SpecError("gpus", f"GPU type {gpu_type!r} has no GPUs; ask for --gpus 0")
@@ -202,6 +193,21 @@ class ClusterSpec:
             idle_suspend_minutes=idle_suspend,
             priority=priority,
         )
+
+
+def requested_gpus(data: Mapping[str, Any], profiles: Profiles) -> tuple[int, str]:
+    """(GPUs, GPU type) a request asks for, each checked, the profiles' defaults where
+    left out: all that a cluster's place in a queue depends on (`capacity`)."""
+    gpus = _int(data, "gpus", profiles.defaults.gpus, 0, MAX_GPUS)
+    gpu_type = data.get("gpu_type")
+    if gpu_type is None:
+        gpu_type = profiles.default_gpu_type(gpus)
+    if not isinstance(gpu_type, str) or profiles.get(gpu_type) is None:
+        raise SpecError(
+            "gpu_type",
+            f"unknown GPU type {_show(gpu_type)}; choose one of: {', '.join(profiles.gpu_types)}",
+        )
+    return gpus, gpu_type
 
 
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(s|m|min|h|d)?")

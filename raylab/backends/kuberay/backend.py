@@ -274,8 +274,9 @@ class KubeRayBackend:
             "spec": {"suspend": suspended},
             "metadata": {"annotations": {IDLE_ANNOTATION: idle_annotation(IdleState())}},
         }
-        obj = self._require(name, ns)
-        if queue_of(obj) and self.queues is not None:
+        # Only where Kueue may hold it is the object read first.
+        obj = self._require(name, ns) if self.queues is not None else None
+        if obj is not None and queue_of(obj) and self.queues is not None:
             # Kueue owns `suspend` of what it queues: its Workload's `active` is the
             # owner's switch (off: suspended, its quota freed; on: back in the queue).
             if not self.queues.set_active(obj, not suspended):
@@ -286,11 +287,7 @@ class KubeRayBackend:
                     "Kueue is running",
                 )
             del body["spec"]
-        self._patch(name, body, "application/merge-patch+json", ns)
-        info = self.get(name, namespace=ns)
-        if info is None:
-            raise NotFound(f"no cluster named {name!r} in namespace {ns!r}")
-        return info
+        return self._patch(name, body, "application/merge-patch+json", ns)
 
     def update_idle(
         self,
@@ -563,7 +560,7 @@ class KubeRayBackend:
             obj = self._json(self.custom.patch_namespaced_custom_object, *RAY, namespace,
                              PLURAL, name, body, _content_type=content_type)  # fmt: skip
         pods = self._pods(f"{RAY_PODS}={name}", namespace)
-        return cluster_info(obj, pods, in_cluster=in_cluster())
+        return cluster_info(obj, pods, in_cluster=in_cluster(), queue=self._queue(obj))
 
     def _pods(self, selector: str, namespace: str | None = None) -> list[dict[str, Any]]:
         ns = namespace or self.namespace

@@ -89,6 +89,13 @@ def cluster_queue_gpus(cq: Mapping[str, Any], resource: str = GPU) -> tuple[int,
     return used, quota
 
 
+def pending_key(entry: Mapping[str, Any], namespace: str) -> tuple[str, str]:
+    """(namespace, name) of an entry of the visibility API's pending list (`namespace`
+    where the entry leaves it out)."""
+    meta = entry.get("metadata") or {}
+    return (str(meta.get("namespace") or namespace), str(meta.get("name") or ""))
+
+
 def queue_info(
     cluster: Mapping[str, Any],
     workload: Mapping[str, Any] | None,
@@ -137,19 +144,15 @@ def queue_info(
         mine = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
         entries = list(pending)
         for entry in entries:
-            m = entry.get("metadata") or {}
-            if (str(m.get("namespace") or mine[0]), str(m.get("name") or "")) == mine:
+            if pending_key(entry, mine[0]) == mine:
                 position = int(entry.get("positionInClusterQueue") or 0) + 1
         if position is not None:
             ahead = position - 1
-            before = [
-                e for e in entries if int(e.get("positionInClusterQueue") or 0) < position - 1
-            ]
             keys = [
-                (str((e.get("metadata") or {}).get("namespace") or mine[0]),
-                 str((e.get("metadata") or {}).get("name") or ""))
-                for e in before
-            ]  # fmt: skip
+                pending_key(e, mine[0])
+                for e in entries
+                if int(e.get("positionInClusterQueue") or 0) < position - 1
+            ]
             known = gpus_by_workload or {}
             if len(keys) == ahead and all(k in known for k in keys):
                 ahead_gpus = sum(known[k] for k in keys)

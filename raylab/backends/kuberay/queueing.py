@@ -23,6 +23,7 @@ from .kueue import (
     admitted,
     cluster_queue_gpus,
     gpus_of,
+    pending_key,
     queue_info,
     queue_of,
 )
@@ -172,7 +173,7 @@ class Queues:
         if pending is not None:
             waiting = len(pending)
             known = self.gpus_ahead(pending)
-            keys = [_key(p, namespace) for p in pending]
+            keys = [pending_key(p, namespace) for p in pending]
             if all(k in known for k in keys):
                 waiting_gpus = sum(known[k] for k in keys)
         return Capacity(
@@ -211,11 +212,6 @@ class Queues:
         return get_json(self.api, path)
 
 
-def _key(entry: Mapping[str, Any], namespace: str) -> tuple[str, str]:
-    meta = entry.get("metadata") or {}
-    return (str(meta.get("namespace") or namespace), str(meta.get("name") or ""))
-
-
 class QueueView:
     """Queue places for the backend's watch: Workloads and ClusterQueues arrive through
     the watch's cache; the pending positions are read from the visibility API once per
@@ -233,11 +229,15 @@ class QueueView:
         workload = cache.workload_of(key)
         where = self._queue(key[0], queue_of(obj))
         cq = cache.cluster_queues.get(where)
-        known = {
-            (ns, str((w.get("metadata") or {}).get("name") or "")): gpus_of(w)
-            for (ns, _), table in cache.workloads.items()
-            for w in table.values()
-        }
+        known: dict[tuple[str, str], int] = {}
+        if workload is not None and not admitted(workload) and self.pending.get(where):
+            # What the Workloads the watch holds ask for: only a waiting cluster's place
+            # needs it (an admin's watch holds every namespace's).
+            known = {
+                (ns, str((w.get("metadata") or {}).get("name") or "")): gpus_of(w)
+                for (ns, _), table in cache.workloads.items()
+                for w in table.values()
+            }
         return queue_info(
             obj, workload, cluster_queue="" if "/" in where else where,
             pending=self.pending.get(where), gpus_by_workload=known, cq=cq,
