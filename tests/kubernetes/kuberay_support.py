@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from controlplane import call_json, wait_until
+from controlplane import GPU_RESOURCE, call_json, wait_until
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
@@ -26,6 +26,8 @@ from raylab.model import ClusterInfo, Phase
 ROOT = Path(__file__).resolve().parents[2]
 RBAC_DOC = ROOT / "docs" / "kubernetes-rbac.md"
 RAY = ("ray.io", "v1")
+GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+KWOK_RAY_VERSION = "2.60.0"  # what the KWOK clusters say; their pods run nothing
 
 
 def documented_rbac() -> dict[str, dict[str, Any]]:
@@ -196,3 +198,49 @@ class Recorder:
         self.stop.set()
         self.thread.join(timeout=5)
         assert not self.thread.is_alive(), "the watch did not stop"
+
+
+def kwok_raycluster(
+    name: str, gpus: int = 1, gpu_type: str = "a100", labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A plain RayCluster for the KWOK nodes, as kubectl would apply it: a head (1 cpu, no
+    GPU, no toleration) and one worker with `gpus` GPUs of `gpu_type` (its nodeSelector
+    and the GPU toleration, as raylab's own manifests)."""
+
+    def container(role: str, cpu: str, memory: str, gpus: int = 0) -> dict[str, Any]:
+        limits = {"cpu": cpu, "memory": memory}
+        if gpus:
+            limits[GPU_RESOURCE] = str(gpus)
+        return {
+            "name": f"ray-{role}",
+            "image": f"rayproject/ray:{KWOK_RAY_VERSION}",  # never pulled
+            "resources": {"requests": dict(limits), "limits": limits},
+        }
+
+    worker = {
+        "nodeSelector": {"raylab.io/gpu-type": gpu_type},
+        "tolerations": [dict(GPU_TOLERATION)],
+        "containers": [container("worker", "8", "64Gi", gpus)],
+    }
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": name, "labels": dict(labels or {})},
+        "spec": {
+            "rayVersion": KWOK_RAY_VERSION,
+            "headGroupSpec": {
+                "rayStartParams": {},
+                "template": {"spec": {"containers": [container("head", "1", "4Gi")]}},
+            },
+            "workerGroupSpecs": [
+                {
+                    "groupName": gpu_type,
+                    "replicas": 1,
+                    "minReplicas": 1,
+                    "maxReplicas": 1,
+                    "rayStartParams": {},
+                    "template": {"spec": worker},
+                }
+            ],
+        },
+    }

@@ -41,6 +41,9 @@ from controlplane import GPU_RESOURCE, ControlPlane, call_json, wait_until
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
+from .kuberay_support import GPU_TOLERATION
+from .kuberay_support import kwok_raycluster as plain_raycluster
+
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 VISIBILITY = ("visibility.kueue.x-k8s.io", "v1beta2")
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -51,8 +54,6 @@ CLUSTER_QUEUE = "gpus"
 LOCAL_QUEUE = "team"
 A100_GPU_QUOTA = 16  # both KWOK A100 nodes
 PRIORITY_CLASSES = {"low": 100, "high": 1000}
-GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
-RAY_VERSION = "2.60.0"  # what the KWOK clusters say; their pods run nothing
 
 
 # ---------------------------------------------------------------------------- fixtures
@@ -404,49 +405,11 @@ def kwok_raycluster(
     queue: str | None = LOCAL_QUEUE,
     priority_class: str | None = None,
 ) -> dict[str, Any]:
-    """A RayCluster for the KWOK nodes: a head (1 cpu) and one worker with ``gpus``
-    GPUs of ``gpu_type`` (its nodeSelector and the GPU toleration, as raylab's own
-    manifests), queued in ``queue`` (None: not Kueue's)."""
-
-    def container(role: str, cpu: str, memory: str, gpus: int = 0) -> dict[str, Any]:
-        limits = {"cpu": cpu, "memory": memory}
-        if gpus:
-            limits[GPU_RESOURCE] = str(gpus)
-        return {
-            "name": f"ray-{role}",
-            "image": f"rayproject/ray:{RAY_VERSION}",  # never pulled
-            "resources": {"requests": dict(limits), "limits": limits},
-        }
-
+    """kuberay_support.kwok_raycluster with ``gpus`` GPUs, queued in ``queue`` (None:
+    not Kueue's) at ``priority_class``."""
     labels = {}
     if queue is not None:
         labels[QUEUE_LABEL] = queue
     if priority_class is not None:
         labels[PRIORITY_LABEL] = priority_class
-    worker = {
-        "nodeSelector": {"raylab.io/gpu-type": gpu_type},
-        "tolerations": [dict(GPU_TOLERATION)],
-        "containers": [container("worker", "8", "64Gi", gpus)],
-    }
-    return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayCluster",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "rayVersion": RAY_VERSION,
-            "headGroupSpec": {
-                "rayStartParams": {},
-                "template": {"spec": {"containers": [container("head", "1", "4Gi")]}},
-            },
-            "workerGroupSpecs": [
-                {
-                    "groupName": gpu_type,
-                    "replicas": 1,
-                    "minReplicas": 1,
-                    "maxReplicas": 1,
-                    "rayStartParams": {},
-                    "template": {"spec": worker},
-                }
-            ],
-        },
-    }
+    return plain_raycluster(name, gpus, gpu_type, labels)

@@ -22,53 +22,17 @@ from controlplane import (
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
+from .kuberay_support import GPU_TOLERATION, kwok_raycluster
+
 RAY = ("ray.io", "v1")
 RAY_VERSION = "2.60.0"
 RAY_IMAGE = f"rayproject/ray:{RAY_VERSION}"  # never pulled: KWOK pods run nothing
 A100_NODES = {n.name for n in FAKE_NODES if n.gpu_type == "a100"}
-GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 
 
 def raycluster(name: str, gpu_type: str = "a100") -> dict[str, Any]:
     """A head (no GPU, no toleration) and one worker with one GPU of ``gpu_type``."""
-
-    def container(name: str, cpu: str, memory: str, gpus: int = 0) -> dict[str, Any]:
-        limits = {"cpu": cpu, "memory": memory}
-        if gpus:
-            limits[GPU_RESOURCE] = str(gpus)
-        return {
-            "name": name,
-            "image": RAY_IMAGE,
-            "resources": {"requests": dict(limits), "limits": limits},
-        }
-
-    worker_pod = {
-        "nodeSelector": {"raylab.io/gpu-type": gpu_type},
-        "tolerations": [GPU_TOLERATION],
-        "containers": [container("ray-worker", "8", "64Gi", gpus=1)],
-    }
-    return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayCluster",
-        "metadata": {"name": name},
-        "spec": {
-            "rayVersion": RAY_VERSION,
-            "headGroupSpec": {
-                "rayStartParams": {},
-                "template": {"spec": {"containers": [container("ray-head", "1", "4Gi")]}},
-            },
-            "workerGroupSpecs": [
-                {
-                    "groupName": gpu_type,
-                    "replicas": 1,
-                    "minReplicas": 1,
-                    "maxReplicas": 1,
-                    "rayStartParams": {},
-                    "template": {"spec": worker_pod},
-                }
-            ],
-        },
-    }
+    return kwok_raycluster(name, 1, gpu_type)
 
 
 def wait_raycluster_ready(
