@@ -18,6 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tornado.httpclient import HTTPClientError
 
+from raylab.backends.kuberay.manifest import owner_label
 from raylab.backends.local.backend import LocalBackend
 from raylab.config import Settings
 from raylab.identity import current_user
@@ -51,6 +52,11 @@ def gpu_cluster() -> Iterator[str]:
     finally:
         if svc.backend.get(NAME) is not None:
             svc.delete(NAME)
+        # Its GPU-hours too: the state folder is the session's, and another module's
+        # admin view of everyone's usage must not meet this user's.
+        (settings.local_state_dir() / "usage" / f"{owner_label(USER)}.jsonl").unlink(
+            missing_ok=True
+        )
 
 
 async def scrape(jp_fetch: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
