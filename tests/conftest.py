@@ -35,6 +35,22 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["IPYTHONDIR"] = str(_session_root / "ipython")
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     os.environ.pop("JUPYTERHUB_USER", None)
+    config.stash[_HOME_TOKEN_KEY] = _HOME_TOKEN.exists()
+
+
+# Ray 2.60's bare `ray.init()` (the export tests' notebooks run one) writes a token into
+# the user's home, where it stays and turns token auth on for any later `ray start --head`
+# that states no mode: what the suite wrote there it takes away again.
+_HOME_TOKEN = Path.home() / ".ray" / "auth_token"
+_HOME_TOKEN_KEY = pytest.StashKey[bool]()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if config.stash.get(_HOME_TOKEN_KEY, True):
+        return
+    _HOME_TOKEN.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        _HOME_TOKEN.parent.rmdir()  # only if empty
 
 
 def processes_of_this_session() -> list[psutil.Process]:

@@ -1,8 +1,9 @@
 """Per-cluster Ray tokens on the local backend, with real Ray processes.
 
 Three head-only clusters serve the module: two with tokens of their own and one made with
-token auth off. Strangers are played by fresh Python processes that try Ray Client, the
-GCS and the dashboard's HTTP API without the token, or with a wrong one.
+token auth off, all started with a Ray token in the user's home (~/.ray/auth_token).
+Strangers are played by fresh Python processes that try Ray Client, the GCS and the
+dashboard's HTTP API without the token, or with a wrong one.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from IPython.core.error import UsageError
@@ -51,11 +53,17 @@ def service(*, token_auth: bool = True, user: str = OWNER) -> ClusterService:
 
 
 @pytest.fixture(scope="module")
-def clusters() -> Iterator[dict[str, ClusterInfo]]:
+def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ClusterInfo]]:
+    # A Ray user's home: any plain `ray.init()` of Ray 2.60 leaves a token there, which
+    # a node started with no auth mode said takes up by itself.
+    home = tmp_path_factory.mktemp("home")
+    (home / ".ray").mkdir()
+    auth.write_token_file(home / ".ray" / "auth_token", auth.new_token())
     made: dict[str, ClusterInfo] = {}
     try:
         for name, token_auth in ((FIRST, True), (SECOND, True), (OPEN, False)):
-            service(token_auth=token_auth).create({"name": name, "workers": 0, "cpus": "1"})
+            with mock.patch.dict(os.environ, {"HOME": str(home)}):
+                service(token_auth=token_auth).create({"name": name, "workers": 0, "cpus": "1"})
         for name in (FIRST, SECOND, OPEN):
             made[name] = service().wait(name, lambda i: i.phase == Phase.READY, timeout=600)
         yield made
