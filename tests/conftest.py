@@ -19,6 +19,12 @@ from raylab.backends.local.backend import CLUSTER_ENV, STATE_FILE, LocalBackend
 
 _session_root: Path | None = None
 
+# Ray 2.60's bare `ray.init()` (the export tests' notebooks run one) writes a token into
+# the user's home, where it stays and turns token auth on for any later `ray start --head`
+# that states no mode: what the suite wrote there it takes away again.
+_HOME_TOKEN = Path.home() / ".ray" / "auth_token"
+_HOME_TOKEN_KEY = pytest.StashKey[bool]()
+
 
 @pytest.hookimpl(trylast=True)  # after pytest's tmpdir plugin has made its factory
 def pytest_configure(config: pytest.Config) -> None:
@@ -36,13 +42,6 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     os.environ.pop("JUPYTERHUB_USER", None)
     config.stash[_HOME_TOKEN_KEY] = _HOME_TOKEN.exists()
-
-
-# Ray 2.60's bare `ray.init()` (the export tests' notebooks run one) writes a token into
-# the user's home, where it stays and turns token auth on for any later `ray start --head`
-# that states no mode: what the suite wrote there it takes away again.
-_HOME_TOKEN = Path.home() / ".ray" / "auth_token"
-_HOME_TOKEN_KEY = pytest.StashKey[bool]()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

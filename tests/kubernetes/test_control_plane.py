@@ -22,17 +22,11 @@ from controlplane import (
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
-from .kuberay_support import GPU_TOLERATION, kwok_raycluster
+from .kuberay_support import GPU_TOLERATION, KWOK_RAY_VERSION, kwok_raycluster
 
 RAY = ("ray.io", "v1")
-RAY_VERSION = "2.60.0"
-RAY_IMAGE = f"rayproject/ray:{RAY_VERSION}"  # never pulled: KWOK pods run nothing
+RAY_IMAGE = f"rayproject/ray:{KWOK_RAY_VERSION}"  # never pulled: KWOK pods run nothing
 A100_NODES = {n.name for n in FAKE_NODES if n.gpu_type == "a100"}
-
-
-def raycluster(name: str, gpu_type: str = "a100") -> dict[str, Any]:
-    """A head (no GPU, no toleration) and one worker with one GPU of ``gpu_type``."""
-    return kwok_raycluster(name, 1, gpu_type)
 
 
 def wait_raycluster_ready(
@@ -195,7 +189,7 @@ def test_rbac_users_start_without_rights_until_a_rolebinding(
 
     # Only what was granted, only where, only to whom.
     create = alice.create_namespaced_custom_object
-    assert forbidden(create, *RAY, namespace, "rayclusters", raycluster("x"))
+    assert forbidden(create, *RAY, namespace, "rayclusters", kwok_raycluster("x"))
     assert forbidden(alice.list_namespaced_custom_object, *RAY, "default", "rayclusters")
     assert forbidden(bob.list_namespaced_custom_object, *RAY, namespace, "rayclusters")
 
@@ -205,7 +199,7 @@ def test_raycluster_runs_on_fake_gpu_nodes_and_is_garbage_collected(
 ) -> None:
     custom = k8s_client.CustomObjectsApi(admin_api)
     create = custom.create_namespaced_custom_object
-    call_json(create, *RAY, namespace, "rayclusters", raycluster("demo"))
+    call_json(create, *RAY, namespace, "rayclusters", kwok_raycluster("demo"))
 
     rc = wait_raycluster_ready(admin_api, namespace, "demo")
     assert rc["status"]["readyWorkerReplicas"] == 1
@@ -278,7 +272,7 @@ def test_apiserver_outage_and_recovery(
     # Controllers, scheduler, KWOK and the operator re-established their watches.
     custom = k8s_client.CustomObjectsApi(admin_api)
     create = custom.create_namespaced_custom_object
-    call_json(create, *RAY, namespace, "rayclusters", raycluster("after", "h100"))
+    call_json(create, *RAY, namespace, "rayclusters", kwok_raycluster("after", gpu_type="h100"))
     wait_raycluster_ready(admin_api, namespace, "after")
     worker = next(
         p

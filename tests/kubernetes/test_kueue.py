@@ -159,6 +159,13 @@ def until(
         raise AssertionError(f"{name} never {what}; last seen: {shown}") from None
 
 
+def delete_left(*made: tuple[str, ClusterService]) -> None:
+    """Delete whichever of these (name, owner's service) clusters still exist."""
+    for name, service in made:
+        if service.backend.get(name) is not None:
+            service.delete(name)
+
+
 def test_a_queue_of_three_users_with_preemption_suspend_and_a_kubectl_cluster(
     team: Team, admin_api: k8s_client.ApiClient, tmp_path: Path
 ) -> None:
@@ -251,9 +258,7 @@ def test_a_queue_of_three_users_with_preemption_suspend_and_a_kubectl_cluster(
         assert resumed.queue.state != "Inactive"
     except BaseException:
         # Nothing of this test left in the queue for the next ones.
-        for name, service in (("all16", alice), ("b8", bob), ("c16", carol), ("hi", alice)):
-            if service.backend.get(name) is not None:
-                service.delete(name)
+        delete_left(("all16", alice), ("b8", bob), ("c16", carol), ("hi", alice))
         raise
     finally:
         watch.close()
@@ -349,9 +354,7 @@ def test_the_culler_suspends_a_running_queued_cluster_through_kueue(team: Team) 
         assert resumed.queue is not None
         assert resumed.queue.state == "Queued"
     finally:
-        for name, service in (("idle16", alice), ("next8", bob)):
-            if service.backend.get(name) is not None:
-                service.delete(name)
+        delete_left(("idle16", alice), ("next8", bob))
 
 
 def test_the_command_line_says_capacity_and_place_and_refuses_a_priority_in_one_line(

@@ -275,8 +275,7 @@ class KubeRayBackend:
             "metadata": {"annotations": {IDLE_ANNOTATION: idle_annotation(IdleState())}},
         }
         # Only where Kueue may hold it is the object read first.
-        obj = self._require(name, ns) if self.queues is not None else None
-        if obj is not None and queue_of(obj) and self.queues is not None:
+        if self.queues is not None and queue_of(obj := self._require(name, ns)):
             # Kueue owns `suspend` of what it queues: its Workload's `active` is the
             # owner's switch (off: suspended, its quota freed; on: back in the queue).
             if not self.queues.set_active(obj, not suspended):
