@@ -74,6 +74,7 @@ $(WHEELHOUSE)/.complete: $(BIN)/.raylab-installed tests/export/wheelhouse.py $(w
 lint: $(BIN)/.deps node_modules/.package-lock.json
 	$(BIN)/ruff check raylab tests bench
 	$(BIN)/ruff format --check raylab tests bench
+	$(BIN)/deptry raylab
 	npm run lint:check
 
 typecheck: $(BIN)/.deps

@@ -36,7 +36,7 @@ NAME = "incluster"
 # The pod's own node, as a user would start it by hand, then the workload as a driver.
 BY_HAND = r"""
 import subprocess, sys, time
-from raylab.joined_node import object_store_bytes
+from raylab.kernel.joined_node import object_store_bytes
 gcs = sys.argv[1]
 log = open("/tmp/ray-start.log", "w")
 # The object store raylab's kernel would take in this pod: only who set it up differs.

@@ -22,8 +22,8 @@ import psutil
 from bench_driver import CLUSTER, _raylab
 from report import Figure, emit, median
 
-from raylab import joined_node
 from raylab.backends.local.backend import LocalBackend
+from raylab.kernel import joined_node
 
 RAY = str(Path(sys.executable).with_name("ray"))
 SETTLE_S = 5.0  # the node's agents finish their imports before RSS is read

@@ -8,7 +8,7 @@ environment. Each raylab cluster gets its own random token:
 - local backend: a file in the cluster's state folder, mode 0600, that every node reads
   through `RAY_AUTH_TOKEN_PATH`;
 - KubeRay: a Secret owned by the RayCluster, read by every Ray container through
-  `secretKeyRef` (kuberay_auth.py).
+  `secretKeyRef` (backends/kuberay/manifest_security.py).
 
 The kernel gets the token through `use_token` just before `ray.init` (a private 0600 file
 named by `RAY_AUTH_TOKEN_PATH`, never the token itself in the environment or in output),

@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from . import render
 from .commands import CommandError, Commands, HelpShown
+from .display import render
+from .display.widgets import TextProgress
 from .errors import RaylabError
 from .model import ClusterInfo
-from .widgets import TextProgress
 
 
 class TerminalOutput:

@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import functools
 import getpass
+import hashlib
 import json
 import os
+import re
 import urllib.request
 from collections.abc import Iterable
 
 from .config import Settings
 from .model import ClusterInfo
+
+_LABEL_MAX = 63
+_UNSAFE = re.compile(r"[^a-z0-9-]+")
+_HASHED = re.compile(r"-[0-9a-f]{8}$")
 
 
 def current_user() -> str:
@@ -35,6 +41,24 @@ def current_groups() -> tuple[str, ...]:
     except (OSError, ValueError, AttributeError):
         return ()  # the hub away: no admin rights by group, as the safe side
     return tuple(str(g) for g in groups)
+
+
+def owner_label(username: str) -> str:
+    """A label value (and DNS label) for a username; distinct usernames never collide.
+
+    A name that is already safe is kept as is. Any other gets a hash of the original
+    appended, so "Alice@Example.com" (-> "alice-example-com-<hash>") and
+    "alice-example-com" stay apart. Only [a-z0-9-] is used, a subset of what labels
+    allow, so the value also fits `namespace_template` ("ray-{username}") as a DNS label,
+    and a file name (the local GPU-hours ledger). A safe name that merely looks hashed
+    is hashed too, so nobody can pick a username equal to another user's hashed form.
+    """
+    safe = _UNSAFE.sub("-", username.lower()).strip("-")
+    if safe and safe == username and len(safe) <= _LABEL_MAX and not _HASHED.search(safe):
+        return safe
+    digest = hashlib.sha256(username.encode()).hexdigest()[:8]
+    base = safe[: _LABEL_MAX - len(digest) - 1].rstrip("-") or "user"
+    return f"{base}-{digest}"
 
 
 def is_admin(settings: Settings, user: str, groups: Iterable[str] = ()) -> bool:

@@ -10,13 +10,13 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display as _display
 
-from . import render
 from .commands import CommandError, Commands, HelpShown
+from .display import render
+from .display.widgets import StatusCard, card_text, in_notebook, progress_view
 from .errors import RaylabError
 from .jobs.value import JobValue
 from .model import ClusterInfo
 from .sync.pip import synced_install
-from .widgets import StatusCard, card_text, in_notebook, progress_view
 
 display = cast(Callable[..., None], _display)  # IPython.display is not typed
 
@@ -112,7 +112,7 @@ class RayclusterMagics(Magics):
     def _lost_head(self, _: Any = None) -> None:
         """Said once, in the cell that was stopped or the next one: the head this kernel
         drove went away (driver_watch.py)."""
-        from .connect import report_lost
+        from .kernel.connect import report_lost
 
         lost = report_lost()
         if lost is not None:
@@ -120,7 +120,7 @@ class RayclusterMagics(Magics):
 
     def _after_cell(self, result: Any) -> None:
         """With c.Raylab.sync_pip: a plain `%pip install` also reaches the cluster."""
-        from .connect import connected_cluster
+        from .kernel.connect import connected_cluster
 
         if connected_cluster() is None or not result.success:
             return

@@ -2,13 +2,90 @@
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 from .spec import ClusterSpec
-from .sync.environment import ClusterEnvironment
+
+
+@dataclass(frozen=True)
+class ClusterEnvironment:
+    """The Ray environment a cluster remembers, with no secret in it.
+
+    It lives with the cluster (the local backend's cluster.json, a RayCluster annotation),
+    so every kernel that connects, the sidebar's Connect and the export see the same one.
+    It holds environment-variable *names* only: values stay in the owner's 0600 file
+    (sync/values.py), so nothing the server reads, lists or serves can carry them.
+    """
+
+    # Absolute path of the folder shipped as Ray's working_dir (None: nothing synced).
+    working_dir: str | None = None
+    working_dir_bytes: int = 0  # what was shipped last time, after excludes
+    working_dir_files: int = 0
+    excludes: tuple[str, ...] = ()  # the user's --exclude patterns (gitignore syntax)
+    pip: tuple[str, ...] = ()  # requirements Ray's pip installs on the workers (an index)
+    wheels: tuple[str, ...] = ()  # local wheel files, unpacked and shipped as they are
+    # Distributions installed in the kernel in development mode or from local files,
+    # shipped as py_modules (their files, not an index name).
+    local_packages: tuple[str, ...] = ()
+    env_names: tuple[str, ...] = ()
+
+    def with_changes(self, **changes: Any) -> ClusterEnvironment:
+        return replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_annotation(self) -> str:
+        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, data: object) -> ClusterEnvironment | None:
+        """Read what a backend stored; None for nothing or for something unreadable
+        (an older or hand-edited value is not worth failing a listing for)."""
+        if not isinstance(data, dict):
+            return None
+        try:
+            return cls(
+                working_dir=_optional_str(data.get("working_dir")),
+                working_dir_bytes=int(data.get("working_dir_bytes") or 0),
+                working_dir_files=int(data.get("working_dir_files") or 0),
+                excludes=_strings(data.get("excludes")),
+                pip=_strings(data.get("pip")),
+                wheels=_strings(data.get("wheels")),
+                local_packages=_strings(data.get("local_packages")),
+                env_names=_strings(data.get("env_names")),
+            )
+        except (TypeError, ValueError):
+            return None
+
+    @classmethod
+    def from_annotation(cls, text: str | None) -> ClusterEnvironment | None:
+        if not text:
+            return None
+        try:
+            return cls.from_json(json.loads(text))
+        except ValueError:
+            return None
+
+
+def _optional_str(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(value)
+    return value
+
+
+def _strings(value: object) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise TypeError(value)
+    return tuple(value)
 
 
 class Phase(StrEnum):
@@ -243,3 +320,50 @@ def format_age(seconds: float) -> str:
     if s < 2 * 86400:
         return f"{s // 3600}h"
     return f"{s // 86400}d"
+
+
+def format_size(size: int) -> str:
+    """1.5 KiB, 3.2 MiB: one decimal, rounded half up in integers (render.ts does the
+    same, so the notebook's card and the sidebar's never differ in the last digit)."""
+    if size < 1024:
+        return f"{size} B"
+    unit = 1024
+    for name in ("KiB", "MiB", "GiB", "TiB"):
+        tenths = (size * 20 + unit) // (2 * unit)  # size * 10 / unit, rounded half up
+        if tenths < 10240 or name == "TiB":
+            break
+        unit *= 1024
+    return f"{tenths // 10}.{tenths % 10} {name}"
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    """GPU-hours of one user and GPU type (the `usage` verb's and REST's rows)."""
+
+    owner: str
+    gpu_type: str
+    clusters: int
+    gpu_hours: float
+
+
+@dataclass(frozen=True)
+class Usage:
+    """GPU-hours within [since, until]: per user and GPU type, and per cluster uid."""
+
+    since: float
+    until: float
+    users: list[UsageRow]
+    clusters: dict[str, float]
+
+    @property
+    def gpu_hours(self) -> float:
+        return sum(r.gpu_hours for r in self.users)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "since": self.since,
+            "until": self.until,
+            "users": [asdict(r) for r in self.users],
+            "clusters": self.clusters,
+            "gpu_hours": self.gpu_hours,
+        }

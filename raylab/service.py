@@ -26,7 +26,7 @@ from .errors import (
     WaitTimeout,
 )
 from .identity import may_see
-from .model import Capacity, ClusterInfo, IdleState, Phase
+from .model import Capacity, ClusterEnvironment, ClusterInfo, IdleState, Phase, Usage
 from .spec import (
     MAX_WORKERS,
     ClusterSpec,
@@ -35,7 +35,6 @@ from .spec import (
     validate_name,
     whole_number,
 )
-from .sync.environment import ClusterEnvironment
 
 # How long `wait` takes a refusal for a restarting API server's (see there).
 REFUSAL_GRACE_S = 30.0
@@ -137,6 +136,32 @@ class ClusterService:
             self.backend, "capacity", None
         )
         return outlook(gpu_type, gpus) if outlook is not None else None
+
+    def usage(
+        self,
+        since_seconds: float,
+        *,
+        everyone: bool = False,
+        clusters: Iterable[ClusterInfo] | None = None,
+    ) -> Usage:
+        """GPU-hours of the last `since_seconds`: the user's own, or (an admin's, with
+        `everyone`) every user's. `clusters`: every cluster there is, where the caller
+        holds them already (the server's cache); else the backend lists them."""
+        from .culler.ledger import cluster_hours, usage_rows
+        from .culler.ledger_store import store_for
+
+        everyone = everyone and self.admin
+        until = time.time()
+        since = until - since_seconds
+        # Each cluster says whose it is: a ledger's word about it does not count. So every
+        # cluster that exists is asked, not only the user's own.
+        known = self.backend.clusters() if clusters is None else clusters
+        owners = {c.uid: c.owner for c in known if c.uid}
+        intervals = store_for(self.backend).load(None if everyone else self.user, owners)
+        return Usage(
+            since, until, usage_rows(intervals, since, until),
+            cluster_hours(intervals, since, until),
+        )  # fmt: skip
 
     def logs(self, name: str, tail: int = 200, *, namespace: str | None = None) -> str:
         self.get(name, namespace=namespace)
@@ -339,7 +364,7 @@ class ClusterService:
         if spec.priority is None:
             return
         allowed = list(self.settings.options.priority_classes)
-        if self.backend.name != "kuberay" or not self.settings.local_queue(spec.gpu_type):
+        if not self.backend.may_queue or not self.settings.local_queue(spec.gpu_type):
             raise SpecError(
                 "priority",
                 f"clusters of GPU type {spec.gpu_type!r} do not wait in a Kueue queue here, "

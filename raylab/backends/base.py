@@ -6,11 +6,11 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Protocol
 
-from ..model import ClusterInfo, IdleState
+from ..model import ClusterEnvironment, ClusterInfo, IdleState
 from ..spec import ClusterSpec
-from ..sync.environment import ClusterEnvironment
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
@@ -54,8 +54,20 @@ class Backend(Protocol):
     # autoscaler); where it does not, such a request is refused rather than ignored.
     autoscales: bool
     # Whether a direct driver here must first join the cluster as a node of its own
-    # (joined_node.py): no raylet of the cluster runs where this process runs.
+    # (kernel/joined_node.py): no raylet of the cluster runs where this process runs.
     driver_joins: bool
+    # Whether its clusters may wait in a Kueue queue (where the admin names one for the
+    # GPU type): only then do `capacity`, `--priority` and the dialog's outlook mean much.
+    may_queue: bool
+    # Whether its workers run as this machine's user and so can read the owner's files
+    # (environment values go to them as a file, not through the cluster's KV store).
+    workers_read_owner_files: bool
+
+    @property
+    def state_dir(self) -> Path | None:
+        """The folder on this machine where it keeps its clusters' state (and the
+        GPU-hours ledger beside them); None: it keeps them in Kubernetes objects."""
+        ...
 
     def quota_lock(
         self, owner: str, *, namespace: str | None = None
@@ -136,4 +148,9 @@ class Backend(Protocol):
 
     def dashboard_address(self, info: ClusterInfo) -> str | None:
         """Where this process reaches the cluster's dashboard (may open a tunnel)."""
+        ...
+
+    def lasting_dashboard_address(self, info: ClusterInfo) -> str | None:
+        """Where any process here reaches the dashboard, for a shell to keep using after
+        this process ends; None where only a tunnel of this process reaches it."""
         ...

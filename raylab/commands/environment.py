@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ..config import Settings
 from ..model import ClusterInfo
 from ..service import ClusterService
-from ..sync.environment import EnvOptions
+from ..sync.options import EnvOptions
 from ..sync.values import EnvValues
 
 if TYPE_CHECKING:  # runtime_env (pathspec, importlib.metadata) loads on the first connect

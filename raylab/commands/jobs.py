@@ -10,7 +10,7 @@ import secrets
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import NotFound
 from ..jobs.api import Job, JobsApi, check_name, for_cluster
@@ -19,16 +19,17 @@ from ..jobs.result import is_result_line, read_result
 from ..jobs.script import build
 from ..jobs.value import JobValue
 from ..model import ClusterInfo
-from .parser import CommandError, _Parser, _unknown
+from .output import Output
+from .parser import CommandError, Parser, unknown_argument
 
 if TYPE_CHECKING:
-    from .verbs import Commands
+    from ..service import ClusterService
 
 _SUPERVISOR_LINE = "Running entrypoint for job "
 
 
 def cell_parser(prog: str) -> argparse.ArgumentParser:
-    parser = _Parser(prog=f"%{prog} job", allow_abbrev=False,
+    parser = Parser(prog=f"%{prog} job", allow_abbrev=False,
                      description="Run this cell as a Ray Job on the cluster.")  # fmt: skip
     parser.add_argument("name", metavar="NAME", nargs="?", help="default: cellN-xxxx")
     parser.add_argument("--cluster", help="default: the connected cluster")
@@ -38,8 +39,20 @@ def cell_parser(prog: str) -> argparse.ArgumentParser:
     return parser
 
 
+class VerbHost(Protocol):
+    """What the job verbs use of the line verbs (`Commands`)."""
+
+    prog: str
+    may_connect: bool
+    user: str
+    out: Output
+
+    def service(self, backend: str | None) -> ClusterService: ...
+    def run(self, argv: list[str]) -> Any: ...
+
+
 class JobVerbs:
-    def __init__(self, commands: Commands) -> None:
+    def __init__(self, commands: VerbHost) -> None:
         self.c = commands
 
     # --- %%raycluster job -----------------------------------------------------------
@@ -53,7 +66,7 @@ class JobVerbs:
         except ValueError as exc:
             raise CommandError(f"cannot parse the line: {exc}") from None
         if extra:
-            raise CommandError(_unknown(extra, parser))
+            raise CommandError(unknown_argument(extra, parser))
         if not self.c.may_connect:
             raise CommandError("a job is made from a notebook cell: `%%raycluster job`")
         gpus, cpus = _amount("gpus", args.gpus), _amount("cpus", args.cpus)
@@ -109,7 +122,7 @@ class JobVerbs:
         return JobValue(self._result(api, api.get(args.name)))
 
     def jobs(self, args: argparse.Namespace) -> list[Job]:
-        from ..connect import connected_cluster
+        from ..kernel.connect import connected_cluster
 
         name = args.cluster or connected_cluster()
         service = self.c.service(args.backend)
@@ -159,7 +172,7 @@ class JobVerbs:
         return read_result(api.logs(job.name), job.nonce, job.name)
 
     def _cluster(self, name: str | None, backend: str | None) -> tuple[Any, ClusterInfo]:
-        from ..connect import connected_cluster
+        from ..kernel.connect import connected_cluster
 
         name = name or connected_cluster()
         if name is None:
@@ -172,18 +185,18 @@ class JobVerbs:
     def _environment(self, info: ClusterInfo, backend: str | None) -> dict[str, Any] | None:
         """The environment of this kernel's connection to the cluster (connecting first
         if it is not the connected one): the job ships what the kernel's workers get."""
-        from ..connect import connected_cluster, connected_runtime_env
+        from ..kernel.connect import connected_cluster, connected_runtime_env
 
         if connected_cluster() != info.name:
             argv = ["connect", info.name] + (["--backend", backend] if backend else [])
-            self.c.do_connect(self.c.parser.parse_args(argv))
+            self.c.run(argv)
         return connected_runtime_env()
 
     def _api(self, service: Any, info: ClusterInfo) -> JobsApi:
         return for_cluster(service, info)
 
     def _find(self, name: str, cluster: str | None, backend: str | None) -> JobsApi:
-        from ..connect import connected_cluster
+        from ..kernel.connect import connected_cluster
 
         service = self.c.service(backend)
         where = cluster or connected_cluster()

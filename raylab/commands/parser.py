@@ -47,7 +47,7 @@ class HelpShown(Exception):
     """--help was asked for; the text is the message."""
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise CommandError(_friendlier(message, self))
 
@@ -67,7 +67,7 @@ def _friendlier(message: str, parser: argparse.ArgumentParser) -> str:
     return message
 
 
-def _unknown(extra: list[str], parser: argparse.ArgumentParser) -> str:
+def unknown_argument(extra: list[str], parser: argparse.ArgumentParser) -> str:
     """Name the first argument the verb does not take, with the closest real option."""
     options = [o for a in parser._actions for o in a.option_strings]
     for arg in extra:
@@ -79,8 +79,8 @@ def _unknown(extra: list[str], parser: argparse.ArgumentParser) -> str:
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    parser = _Parser(prog=prog, description="Ray clusters for this notebook.", allow_abbrev=False)
-    verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+    parser = Parser(prog=prog, description="Ray clusters for this notebook.", allow_abbrev=False)
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
     verbs.required = True
 
     def verb(name: str) -> argparse.ArgumentParser:
@@ -149,7 +149,7 @@ def add_job_arguments(job: argparse.ArgumentParser, jobs: argparse.ArgumentParse
     jobs.add_argument("cluster", metavar="CLUSTER", nargs="?", help="default: all of yours")
 
 
-def _subparser(parser: argparse.ArgumentParser, verb: str) -> argparse.ArgumentParser:
+def subparser(parser: argparse.ArgumentParser, verb: str) -> argparse.ArgumentParser:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             sub: argparse.ArgumentParser = action.choices[verb]

@@ -12,34 +12,23 @@ import shlex
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from .. import render
 from ..backends import make_backend
 from ..config import Settings
+from ..display import render
 from ..errors import NotFound, SpecError
 from ..identity import current_groups, current_user, is_admin
 from ..model import ClusterInfo, Phase
 from ..server.paths import dashboard_path
 from ..service import ClusterService
-from ..sync.environment import EnvOptions
+from ..sync.options import EnvOptions
 from .environment import ClusterEnvironments, options_from
-from .parser import CommandError, _subparser, _unknown, build_parser
+from .output import Output
+from .parser import CommandError, build_parser, subparser, unknown_argument
 
 if TYPE_CHECKING:
     from ..sync.runtime_env import Prepared
-
-
-class Output(Protocol):
-    def line(self, text: str) -> None: ...
-    def warn(self, text: str) -> None: ...
-    def table(self, clusters: list[ClusterInfo], owner: bool) -> None: ...
-    def block(self, text: str) -> None: ...
-    def link(self, url: str, label: str) -> None: ...
-    def card(self, info: ClusterInfo, fetch: Callable[[], ClusterInfo] | None = None) -> None:
-        """Show the status card; with `fetch`, keep it current where the medium allows."""
-
-    def progress(self, info: ClusterInfo, started: float) -> Any: ...
 
 
 class Commands:
@@ -96,7 +85,7 @@ class Commands:
     def run(self, argv: list[str]) -> Any:
         args, extra = self.parser.parse_known_args(argv)
         if extra:
-            raise CommandError(_unknown(extra, _subparser(self.parser, args.verb)))
+            raise CommandError(unknown_argument(extra, subparser(self.parser, args.verb)))
         handler: Callable[[argparse.Namespace], Any] = getattr(
             self, f"do_{args.verb.replace('-', '_')}"
         )
@@ -124,7 +113,7 @@ class Commands:
         remember = self.may_connect or options.any_given
         if existing is None:
             # Where a queue decides when it starts, say what it would get before asking.
-            outlook = service.capacity(request) if service.backend.name == "kuberay" else None
+            outlook = service.capacity(request) if service.backend.may_queue else None
             if outlook is not None and outlook.queue:
                 self.out.line(outlook.text())
         started, began = time.time(), time.monotonic()  # shown; timed
@@ -187,7 +176,7 @@ class Commands:
         return info
 
     def do_down(self, args: argparse.Namespace) -> None:
-        from ..connect import connected_cluster, disconnect
+        from ..kernel.connect import connected_cluster, disconnect
 
         service = self.service(args.backend)
         info = service.get(args.name)
@@ -211,7 +200,7 @@ class Commands:
         return clusters
 
     def do_status(self, args: argparse.Namespace) -> ClusterInfo | list[ClusterInfo]:
-        from ..connect import connected_cluster
+        from ..kernel.connect import connected_cluster
 
         name = args.name or connected_cluster()
         if name is None:
@@ -250,7 +239,7 @@ class Commands:
         return info
 
     def do_disconnect(self, args: argparse.Namespace) -> None:
-        from ..connect import disconnect
+        from ..kernel.connect import disconnect
 
         was = disconnect()
         self.out.line(f"Disconnected from {was}." if was else "Not connected to a cluster.")
@@ -325,19 +314,16 @@ class Commands:
         if not info.endpoints.dashboard:
             raise CommandError(f"{info.name} has no dashboard while {info.phase}")
         lines = [f"# Ray's tools (ray job submit, ray list …) against {info.name}:"]
-        if info.backend == "kuberay" and not self.may_connect:
-            # This process's port-forward ends with it: the shell needs its own.
-            from ..backends.kuberay.config import in_cluster
-
-            url = service.backend.dashboard_address(info) if in_cluster() else None
+        if self.may_connect:
+            url = service.backend.dashboard_address(info)
+        else:  # a tunnel of this process ends with it: the shell then needs its own
+            url = service.backend.lasting_dashboard_address(info)
             if url is None:
                 lines.append(
                     f"#   first: kubectl -n {info.namespace} port-forward "
                     f"svc/{info.name}-head-svc 8265:8265"
                 )
                 url = "http://127.0.0.1:8265"
-        else:
-            url = service.backend.dashboard_address(info)
         lines.append(f"export RAY_ADDRESS={url}")
         if token is None:
             lines.append(f"export {AUTH_MODE_ENV}=disabled")
@@ -357,21 +343,12 @@ class Commands:
     do_keep_running = do_keep
 
     def do_usage(self, args: argparse.Namespace) -> list[Any]:
-        from ..culler.ledger import usage_rows
-        from ..culler.ledger_store import store_for
-
         service = self.service(args.backend)
-        everyone = args.all and service.admin
         if args.all and not service.admin:
             raise CommandError("--all shows every user's GPU-hours: for admins only")
-        now = time.time()
-        since = now - args.since
-        # Each cluster says whose it is: a ledger's word about it does not count.
-        clusters = {c.uid: c.owner for c in service.list(everyone=everyone) if c.uid}
-        intervals = store_for(service.backend).load(None if everyone else self.user, clusters)
-        rows = usage_rows(intervals, since, now)
-        self.out.block(render.usage_table(rows, since, everyone=everyone))
-        return rows
+        usage = service.usage(args.since, everyone=args.all)
+        self.out.block(render.usage_table(usage.users, usage.since, everyone=args.all))
+        return usage.users
 
     def do_culler(self, args: argparse.Namespace) -> None:
         if self.may_connect:
@@ -384,8 +361,8 @@ class Commands:
         run_culler(args, self.settings, self.out.line)
 
     def do_export(self, args: argparse.Namespace) -> Any:
-        from ..connect import connected_cluster
         from ..export.verb import run_export
+        from ..kernel.connect import connected_cluster
 
         service = self.service(args.backend)
         connected = connected_cluster() if self.may_connect else None
@@ -433,7 +410,7 @@ class Commands:
     ) -> ClusterInfo | None:
         """Add index requirements to the connected cluster's environment and reconnect
         with it (local wheels and folders are shipped as local packages anyway)."""
-        from ..connect import connected_cluster
+        from ..kernel.connect import connected_cluster
         from ..sync.packages import requirement_name
 
         name = connected_cluster()
@@ -465,11 +442,11 @@ class Commands:
     def _connect(
         self, info: ClusterInfo, service: ClusterService, prepared: Prepared, backend: str | None
     ) -> None:
-        from ..connect import connect
+        from ..kernel.connect import connect
         from ..sync.kv_values import for_pod_workers
 
         runtime_env, then = prepared.runtime_env, None
-        if info.backend == "local":  # its workers can read the owner's files
+        if service.backend.workers_read_owner_files:
             runtime_env = self.environments().values.for_local_workers(info, runtime_env)
         else:  # workers in pods: from the cluster's internal KV, put once connected
             runtime_env, then = for_pod_workers(runtime_env)
@@ -502,7 +479,7 @@ class Commands:
 
     def _client_limits(self) -> None:
         """Once per kernel: what a Ray Client connection cannot do, and the way round."""
-        from .. import connect
+        from ..kernel import connect
 
         global _client_limits_said
         if connect.connected_mode() != connect.CLIENT or _client_limits_said:
@@ -522,7 +499,7 @@ class Commands:
         )
 
     def _connected_note(self, info: ClusterInfo) -> str:
-        from ..connect import DRIVER, connected_address, connected_mode, why_client
+        from ..kernel.connect import DRIVER, connected_address, connected_mode, why_client
 
         env = info.environment
         shipped = render.environment_text(env) if env else ""

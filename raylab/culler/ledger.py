@@ -25,8 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
-from ..backends.kuberay.manifest import owner_label
-from ..model import ClusterInfo, Phase
+from ..identity import owner_label
+from ..model import ClusterInfo, Phase, UsageRow
 
 log = logging.getLogger("raylab.culler")
 BILLED = frozenset({Phase.STARTING, Phase.READY, Phase.DEGRADED})
@@ -133,14 +133,6 @@ def merge(intervals: Iterable[Interval]) -> list[Interval]:
                 merged.append(item)
         out.extend(i for i in merged if i.end > i.start)
     return sorted(out, key=lambda i: (i.owner, i.start, i.uid))
-
-
-@dataclass(frozen=True)
-class UsageRow:
-    owner: str
-    gpu_type: str
-    clusters: int
-    gpu_hours: float
 
 
 def usage_rows(intervals: Iterable[Interval], since: float, until: float) -> list[UsageRow]:

@@ -26,9 +26,9 @@ from ..backends.kuberay.manifest import (
     MANAGED_BY_LABEL,
     OWNER_ANNOTATION,
     OWNER_LABEL,
-    owner_label,
 )
 from ..errors import RaylabError
+from ..identity import owner_label
 from .ledger import Interval, LedgerStore, merge, owned
 
 REQUEST_TIMEOUT = (5.0, 30.0)
@@ -192,9 +192,6 @@ class KubeRayLedger:
 
 def store_for(backend: Backend) -> LedgerStore:
     """The ledger beside `backend`'s clusters."""
-    if backend.name == "kuberay":
+    if backend.state_dir is None:  # its clusters live in Kubernetes: ConfigMaps beside them
         return KubeRayLedger(backend)
-    state_dir = getattr(backend, "state_dir", None)
-    if state_dir is None:
-        raise RaylabError(f"no GPU-hours ledger for the {backend.name} backend")
-    return LocalLedger(Path(state_dir))
+    return LocalLedger(backend.state_dir)

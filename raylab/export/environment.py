@@ -17,8 +17,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..render import format_size
-from ..sync.environment import ClusterEnvironment
+from ..model import ClusterEnvironment, format_size
 from ..sync.packages import NEVER_SHIPPED, default_cache, find, unpacked_wheel
 from ..sync.workdir import leads_inside, scan
 

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Conflict
-from . import dependencies
 from .cluster import (
     PIPELINE_LABEL,
     READY_TIMEOUT,
@@ -26,6 +25,7 @@ from .cluster import (
     token_secret_name,
 )
 from .codegen import Module, StepPlan
+from .dependencies import BUILD, PIPELINE, TESTS, ray_requirement
 from .environment import Carried
 from .errors import ExportError
 from .model import Analysis
@@ -76,10 +76,10 @@ def project_files(p: Project, report: str) -> dict[str, str | bytes]:
             dist=p.name.replace("_", "-") + "-pipeline",
             description=f"Dagster pipeline exported by raylab from {p.notebook}",
             requires_python=f"=={p.target.python_version}.*",
-            build=dependencies.BUILD,
-            pipeline=dependencies.PIPELINE,
-            tests=dependencies.TESTS,
-            ray_requirement=dependencies.ray_requirement(p.target.ray_version),
+            build=BUILD,
+            pipeline=PIPELINE,
+            tests=TESTS,
+            ray_requirement=ray_requirement(p.target.ray_version),
             requirements=a.requirements,
             package=p.package,
             package_modules=p.carried.package_modules,

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from . import dependencies, run_rights
 from .cluster import ClusterTarget, token_secret_name
 from .codegen import StepPlan
+from .dependencies import PIPELINE, ray_requirement
 from .model import Analysis
+from .run_rights import RULES, role_yaml
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -109,13 +110,13 @@ def build_report(
         "RoleBinding:",
         "",
         "```yaml",
-        *run_rights.role_yaml(name, target.namespace).splitlines(),
+        *role_yaml(name, target.namespace).splitlines(),
         "```",
         "",
     ]
     lines += _table(["rule", "why"], [[", ".join(f"`{r}`" for r in rule.resources)
                                        + ": " + ", ".join(rule.verbs), rule.why]
-                                      for rule in run_rights.RULES])  # fmt: skip
+                                      for rule in RULES])  # fmt: skip
     lines += [
         "",
         "## Cells",
@@ -142,8 +143,8 @@ def build_report(
                      "configurable per run.")  # fmt: skip
     lines += ["", "## Dependencies", ""]
     lines.append(
-        "".join(f"`{r}`, " for r in dependencies.PIPELINE)
-        + f"`{dependencies.ray_requirement(target.ray_version)}` (the kernel's), "
+        "".join(f"`{r}`, " for r in PIPELINE)
+        + f"`{ray_requirement(target.ray_version)}` (the kernel's), "
         f"Python {target.python_version}"
         + (", and from the notebook: " + ", ".join(f"`{r}`" for r in a.requirements)
            + " (Ray workers install these too, see `cluster.WORKER_REQUIREMENTS`)"

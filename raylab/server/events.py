@@ -1,7 +1,10 @@
 """Live events as Server-Sent Events: a snapshot, then each change the caller may see.
 
-SSE rather than a WebSocket: one-way is all the sidebar needs, it passes through
-JupyterHub's proxy and the browser's EventSource reconnects by itself.
+SSE rather than a WebSocket: one-way is all the sidebar needs, and it passes through
+JupyterHub's proxy as a plain streaming response. The sidebar reads it with a streaming
+`fetch` (labextension/src/sse.ts says why not EventSource) and reconnects by itself; each
+connection starts with a SNAPSHOT, so nothing missed while away is lost. A comment line
+every KEEPALIVE_S keeps idle proxies from closing the stream.
 """
 
 from __future__ import annotations

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Callable
-from dataclasses import asdict
 from functools import partial
 from typing import Any, TypeVar
 
@@ -260,35 +258,18 @@ class UsageHandler(RaylabHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        from ..culler.ledger import cluster_hours, usage_rows
-        from ..culler.ledger_store import store_for
         from ..spec import parse_since
 
         seconds = parse_since(self.get_argument("since", "7d"))
         everyone = self.wants_everyone()
-        now = time.time()
-        since = now - seconds
-        store = store_for(self.cache.backend)
-        owner = None if everyone else self.username
-        # Each cluster says whose it is: a ledger's word about it does not count. Not
-        # from a cache that has yet to list them: every cluster would pass unchecked.
+        # Every cluster, for the ownership rule: from the cache once it has listed them
+        # (not before: every cluster would pass unchecked), else from the backend.
         await self.cache.wait_synced()
-        if self.cache.synced.is_set():
-            known = self.cache.list(lambda _: True)
-        else:
-            known = await self.blocking(self.cache.backend.clusters)
-        clusters = {c.uid: c.owner for c in known if c.uid}
-        intervals = await self.blocking(store.load, owner, clusters)
-        rows = usage_rows(intervals, since, now)
-        self.reply(
-            {
-                "since": since,
-                "until": now,
-                "users": [asdict(r) for r in rows],
-                "clusters": cluster_hours(intervals, since, now),
-                "gpu_hours": sum(r.gpu_hours for r in rows),
-            }
+        known = self.cache.list(lambda _: True) if self.cache.synced.is_set() else None
+        usage = await self.blocking(
+            lambda: self.service().usage(seconds, everyone=everyone, clusters=known)
         )
+        self.reply(usage.to_json())
 
 
 class LogsHandler(RaylabHandler):
@@ -351,7 +332,7 @@ class ProfilesHandler(RaylabHandler):
         body["features"] = list(FEATURES)
         # Kueue: which GPU types queue (the dialog then shows what a request would get).
         body["queues"] = {n: s.local_queue(n) for n in s.profiles.gpu_types} if (
-            s.backend == "kuberay" and s.queueing
+            self.cache.backend.may_queue and s.queueing
         ) else {}  # fmt: skip
         body["priority_classes"] = list(s.options.priority_classes) if body["queues"] else []
         self.reply(body)

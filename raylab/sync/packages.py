@@ -20,7 +20,6 @@ import importlib.metadata as md
 import importlib.util
 import json
 import os
-import re
 import shutil
 import tempfile
 import zipfile
@@ -29,11 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
 from ..errors import SpecError
 
 # On the cluster already (Ray must match the kernel's), or of no use there.
 NEVER_SHIPPED = frozenset({"ray", "raylab"})
-_NORMALIZE = re.compile(r"[-_.]+")
 _SKIP_TOP = ("__pycache__", "..")
 
 
@@ -51,15 +52,16 @@ class LocalPackage:
 
 def normalize(name: str) -> str:
     """PEP 503 name: My_Lib and my-lib are one distribution."""
-    return _NORMALIZE.sub("-", name).lower()
+    return str(canonicalize_name(name))
 
 
 def requirement_name(requirement: str) -> str | None:
-    """The distribution a pip requirement names ("numpy>=2" -> numpy), if it names one."""
-    match = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
-    if not match or "://" in requirement or requirement.startswith((".", "/", "-")):
+    """The distribution a pip requirement names ("numpy>=2" -> numpy, "lib @ URL" ->
+    lib), if it names one: not a path, a bare URL or a pip option."""
+    try:
+        return normalize(Requirement(requirement).name)
+    except InvalidRequirement:
         return None
-    return normalize(match.group(1))
 
 
 def local_packages(skip: Iterable[str] = ()) -> list[LocalPackage]:

@@ -2,7 +2,7 @@
 
 Index requirements (`transformers==4.46`) join the cluster's pip list. Local wheels and
 folders need no entry: once installed in the kernel they are local packages, which every
-connect ships by itself (kernel_packages.py).
+connect ships by itself (packages.py).
 """
 
 from __future__ import annotations

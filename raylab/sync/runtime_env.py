@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SpecError
-from ..render import format_size
+from ..model import ClusterEnvironment, format_size
 from . import workdir
-from .environment import ClusterEnvironment, EnvOptions
+from .options import EnvOptions
 from .packages import (
     check_wheel,
     default_cache,
@@ -38,7 +38,7 @@ from .values import parse_env
 @dataclass(frozen=True)
 class Prepared:
     environment: ClusterEnvironment
-    values: dict[str, str]  # env-var values (never shown; see env_values.py)
+    values: dict[str, str]  # env-var values (never shown; see values.py)
     values_changed: bool  # --env was given: store these values
     runtime_env: dict[str, Any]
     fingerprint: str  # changes when anything shipped changes, so a reconnect re-ships

@@ -29,7 +29,7 @@ from typing import Any
 from pathspec import PathSpec
 
 from ..errors import RaylabError, SpecError
-from ..render import format_size
+from ..model import format_size
 
 # Ray's own default excludes (RAY_RUNTIME_ENV_DEFAULT_EXCLUDES) plus what is never code or
 # data a task reads: tool caches, Jupyter's checkpoints, JavaScript dependencies.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from raylab.sync.environment import ClusterEnvironment
+from raylab.model import ClusterEnvironment
 
 
 def test_the_export_carries_the_notebooks_modules_only(tmp_path: Path) -> None:

@@ -25,12 +25,12 @@ import pytest
 from controlplane import ControlPlane, call_json, wait_until
 from kubernetes import client as k8s_client
 
-from raylab import render
 from raylab.backends.kuberay.backend import KubeRayBackend
 from raylab.backends.kuberay.manifest import IDLE_ANNOTATION, idle_from_annotation
 from raylab.backends.local.backend import LocalBackend
 from raylab.config import Settings
 from raylab.culler.ledger_store import DATA_KEY
+from raylab.display import render
 from raylab.model import ClusterInfo, IdleState, Phase
 from raylab.service import ClusterService
 

@@ -20,14 +20,14 @@ from kubernetes import client as k8s_client
 
 import raylab.backends.kuberay.config as kuberay_config
 from raylab.backends.kuberay.backend import KubeRayBackend
-from raylab.backends.kuberay.manifest import owner_label
+from raylab.backends.kuberay.manifest import ENVIRONMENT_ANNOTATION as ANNOTATION
 from raylab.backends.kuberay.portforward import Relay
 from raylab.backends.kuberay.watch import Changed, Informer, Message, Synced
 from raylab.errors import BackendUnavailable, Forbidden, NotFound
-from raylab.model import ClusterInfo, Phase
+from raylab.identity import owner_label
+from raylab.model import ClusterEnvironment, ClusterInfo, Phase
 from raylab.service import ClusterService
 from raylab.spec import ClusterSpec
-from raylab.sync.environment import ANNOTATION, ClusterEnvironment
 
 from .kuberay_support import (
     RAY,

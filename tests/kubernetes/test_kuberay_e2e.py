@@ -233,7 +233,7 @@ from IPython.core.interactiveshell import InteractiveShell
 shell = InteractiveShell.instance()
 shell.run_line_magic("load_ext", "raylab")
 shell.run_line_magic("raycluster", "connect NAME --backend kuberay")
-from raylab import connect
+from raylab.kernel import connect
 @ray.remote(num_gpus=1)
 def where():
     return ray.util.get_node_ip_address()

@@ -30,7 +30,7 @@ from raylab import auth
 from raylab.backends.local.backend import LocalBackend
 from raylab.commands import Commands
 from raylab.config import Settings
-from raylab.connect import connected_cluster
+from raylab.kernel.connect import connected_cluster
 from raylab.magics import NotebookOutput
 from raylab.model import ClusterInfo, Phase
 from raylab.service import ClusterService

@@ -19,7 +19,7 @@ import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-from raylab.connect import DRIVER, connected_address, connected_cluster, connected_mode
+from raylab.kernel.connect import DRIVER, connected_address, connected_cluster, connected_mode
 from tests.local.test_magics import run
 
 NAME = "driver1"

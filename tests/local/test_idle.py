@@ -24,13 +24,13 @@ from typing import Any
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from raylab import render
 from raylab.auth import PROXY_HEADER, bearer
 from raylab.backends.local.backend import LocalBackend
 from raylab.config import Settings
-from raylab.connect import connected_cluster
 from raylab.culler.activity import ActivityReader
 from raylab.culler.sweep import Culler
+from raylab.display import render
+from raylab.kernel.connect import connected_cluster
 from raylab.model import ClusterInfo, IdleState, Phase
 from raylab.service import ClusterService
 

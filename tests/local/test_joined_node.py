@@ -21,10 +21,10 @@ from typing import Any
 import psutil
 import pytest
 
-from raylab import joined_node
 from raylab.auth import AUTH_MODE_ENV, TOKEN_PATH_ENV, write_token_file
 from raylab.backends.local.backend import LocalBackend
 from raylab.config import Settings
+from raylab.kernel import joined_node
 from raylab.model import Phase
 from raylab.service import ClusterService
 
@@ -38,7 +38,7 @@ print(json.dumps([{"alive": n["Alive"], "port": n["NodeManagerPort"],
 """
 KERNEL = """\
 import sys, time
-from raylab import joined_node
+from raylab.kernel import joined_node
 node = joined_node.join(sys.argv[1])
 print(node.ports[0], flush=True)
 while True:

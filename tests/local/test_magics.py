@@ -20,8 +20,8 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from raylab.commands import Commands
 from raylab.config import Settings
-from raylab.connect import connected_cluster
 from raylab.identity import current_user
+from raylab.kernel.connect import connected_cluster
 from raylab.magics import NotebookOutput
 
 NAME = "magic1"

@@ -30,8 +30,8 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 from raylab.config import Settings
-from raylab.connect import connected_cluster, disconnect
 from raylab.identity import current_user
+from raylab.kernel.connect import connected_cluster, disconnect
 from raylab.server.cache import cluster_json
 from raylab.service import ClusterService
 from raylab.sync.values import EnvValues

@@ -19,10 +19,9 @@ from typing import Any
 
 import pytest
 
-from raylab import render, widgets
-from raylab.model import ClusterInfo, Endpoints, IdleState, Phase, QueueInfo
+from raylab.display import render, widgets
+from raylab.model import ClusterEnvironment, ClusterInfo, Endpoints, IdleState, Phase, QueueInfo
 from raylab.spec import ClusterSpec
-from raylab.sync.environment import ClusterEnvironment
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

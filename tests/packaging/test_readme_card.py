@@ -7,10 +7,9 @@ import re
 import time
 from pathlib import Path
 
-from raylab import render
-from raylab.model import ClusterInfo, Endpoints, Phase
+from raylab.display import render
+from raylab.model import ClusterEnvironment, ClusterInfo, Endpoints, Phase
 from raylab.spec import ClusterSpec
-from raylab.sync.environment import ClusterEnvironment
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

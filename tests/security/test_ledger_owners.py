@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from raylab.backends.kuberay.manifest import owner_label
 from raylab.backends.local.backend import LocalBackend
 from raylab.config import Settings
 from raylab.culler.sweep import Culler
+from raylab.identity import owner_label
 from raylab.model import ClusterInfo, Phase
 from raylab.service import ClusterService
 from tests.server.conftest import as_user

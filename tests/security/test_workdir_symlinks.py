@@ -19,10 +19,9 @@ import pytest
 from raylab.config import Settings
 from raylab.export import export_notebook
 from raylab.export.environment import carried
-from raylab.model import ClusterInfo, Phase
+from raylab.model import ClusterEnvironment, ClusterInfo, Phase
 from raylab.profiles import Profiles
 from raylab.spec import ClusterSpec
-from raylab.sync.environment import ClusterEnvironment
 from raylab.sync.workdir import scan
 from tests.export.support import make_notebook
 

@@ -17,9 +17,8 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from raylab.backends.local.backend import LocalBackend
 from raylab.config import Settings
-from raylab.model import Phase
+from raylab.model import ClusterEnvironment, Phase
 from raylab.service import ClusterService
-from raylab.sync.environment import ClusterEnvironment
 from raylab.sync.values import EnvValues
 from tests.server.conftest import as_user
 

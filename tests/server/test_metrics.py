@@ -18,10 +18,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tornado.httpclient import HTTPClientError
 
-from raylab.backends.kuberay.manifest import owner_label
 from raylab.backends.local.backend import LocalBackend
 from raylab.config import Settings
-from raylab.identity import current_user
+from raylab.identity import current_user, owner_label
 from raylab.model import Phase
 from raylab.service import ClusterService
 from tests.server.conftest import as_user

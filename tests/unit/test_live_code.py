@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from raylab import live_code
+from raylab.kernel import live_code
 
 
 @pytest.fixture

@@ -16,10 +16,9 @@ import pytest
 
 from raylab.config import Settings
 from raylab.errors import Conflict, NotFound, QuotaExceeded, SpecError
-from raylab.model import ClusterInfo, IdleState, Phase
+from raylab.model import ClusterEnvironment, ClusterInfo, IdleState, Phase
 from raylab.service import ClusterService
 from raylab.spec import ClusterSpec
-from raylab.sync.environment import ClusterEnvironment
 
 SETTINGS = Settings.from_config(
     max_gpus_per_user=4, max_clusters_per_user=2, max_workers_per_cluster=3
@@ -34,6 +33,9 @@ class FakeInMemoryBackend:
     restarts_nodes = False
     driver_joins = False
     autoscales = False
+    may_queue = False
+    workers_read_owner_files = False
+    state_dir = None
 
     def __init__(self) -> None:
         self.store: dict[str, ClusterInfo] = {}

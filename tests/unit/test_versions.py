@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from raylab.connect import connect
 from raylab.errors import VersionMismatch
+from raylab.kernel.connect import connect
 from raylab.model import ClusterInfo, Phase
 from raylab.profiles import Profiles
 from raylab.spec import ClusterSpec

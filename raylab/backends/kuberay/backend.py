@@ -19,10 +19,9 @@ from typing import Any
 
 from ...config import Settings
 from ...errors import BackendUnavailable, Conflict, Forbidden, NotFound, SpecError
-from ...model import Capacity, ClusterInfo, IdleState, QueueInfo
+from ...identity import owner_label
+from ...model import Capacity, ClusterEnvironment, ClusterInfo, IdleState, QueueInfo
 from ...spec import ClusterSpec
-from ...sync.environment import ANNOTATION as ENVIRONMENT_ANNOTATION
-from ...sync.environment import ClusterEnvironment
 from ..base import ClusterEvent
 from .config import in_cluster, load_api_client, resolve_namespace
 from .errors import ALL_NAMESPACES, Call, Refused, api_errors, translate
@@ -30,6 +29,7 @@ from .kueue import KUEUE, PRIORITY_LABEL, QUEUE_LABEL, queue_of
 from .manifest import (
     CLIENT_PORT,
     DASHBOARD_PORT,
+    ENVIRONMENT_ANNOTATION,
     GCS_PORT,
     HEAD_CONTAINER,
     IDLE_ANNOTATION,
@@ -39,7 +39,6 @@ from .manifest import (
     SPEC_ANNOTATION,
     cluster_labels,
     idle_annotation,
-    owner_label,
     raycluster_manifest,
     spec_annotation,
     versions_from_image,
@@ -75,6 +74,9 @@ class KubeRayBackend:
     restarts_nodes = True
     driver_joins = True
     autoscales = True
+    may_queue = True
+    workers_read_owner_files = False
+    state_dir = None
     # The quota Lease: how long a dead holder keeps it, how long a request waits for it.
     quota_lease_s = 15
     quota_wait_s = 60.0
@@ -440,6 +442,10 @@ class KubeRayBackend:
 
     def dashboard_address(self, info: ClusterInfo) -> str:
         return self._address(info, DASHBOARD_PORT, "http")
+
+    def lasting_dashboard_address(self, info: ClusterInfo) -> str | None:
+        # Outside the cluster, this process's port-forward ends with it.
+        return self.dashboard_address(info) if in_cluster() else None
 
     def port_forward(self, name: str, port: int) -> tuple[str, int, Callable[[], None]]:
         """Forward a local port to `port` of the cluster's head pod, through the API server.

@@ -14,7 +14,7 @@ from typing import Any
 
 from ...config import Settings
 from ...errors import BackendUnavailable
-from .manifest import owner_label
+from ...identity import owner_label
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 

@@ -7,13 +7,13 @@ the Python minor of the image), so the RayCluster in Kubernetes stays the only t
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from ...identity import owner_label
 from ...model import IdleState
 from ...profiles import GpuProfile
 from ...spec import ClusterSpec
@@ -30,6 +30,8 @@ PYTHON_ANNOTATION = "raylab.io/python-version"
 # The culler's idle state (model.IdleState) as canonical JSON with UTC times, so that a
 # JSON-patch `test` of the value read makes each write conditional (culler/sweep.py).
 IDLE_ANNOTATION = "raylab.io/idle"
+# The ClusterEnvironment it remembers (model.py), as JSON.
+ENVIRONMENT_ANNOTATION = "raylab.io/environment"
 
 WORKER_GROUP = "gpu-workers"
 HEAD_CONTAINER = "ray-head"  # KubeRay runs Ray in the first container; logs come from it
@@ -52,28 +54,7 @@ KERNEL_NODE_PORTS = (8078, 8097)
 RAY_UID = 1000
 RAY_GID = 100
 
-_LABEL_MAX = 63
-_UNSAFE = re.compile(r"[^a-z0-9-]+")
-_HASHED = re.compile(r"-[0-9a-f]{8}$")
 _IMAGE_TAG = re.compile(r":(\d+\.\d+\.\d+)(?:-py(\d)(\d+))?(?:-[A-Za-z0-9_.-]+)?(?:@.*)?$")
-
-
-def owner_label(username: str) -> str:
-    """A label value (and DNS label) for a username; distinct usernames never collide.
-
-    A name that is already safe is kept as is. Any other gets a hash of the original
-    appended, so "Alice@Example.com" (-> "alice-example-com-<hash>") and
-    "alice-example-com" stay apart. Only [a-z0-9-] is used, a subset of what labels
-    allow, so the value also fits `namespace_template` ("ray-{username}") as a DNS label.
-    A safe name that merely looks hashed is hashed too, so nobody can pick a username
-    equal to another user's hashed form.
-    """
-    safe = _UNSAFE.sub("-", username.lower()).strip("-")
-    if safe and safe == username and len(safe) <= _LABEL_MAX and not _HASHED.search(safe):
-        return safe
-    digest = hashlib.sha256(username.encode()).hexdigest()[:8]
-    base = safe[: _LABEL_MAX - len(digest) - 1].rstrip("-") or "user"
-    return f"{base}-{digest}"
 
 
 def cluster_labels(owner: str, gpu_type: str) -> dict[str, str]:

@@ -1,5 +1,5 @@
 """What keeps a KubeRay cluster its owner's: the token Secret, how Ray's containers read it,
-and the NetworkPolicies around its pods. Pure: no I/O (kuberay_security.py applies them).
+and the NetworkPolicies around its pods. Pure: no I/O (security.py applies them).
 
 KubeRay v1.5.0 (what raylab supports and tests) has no auth field: its `authOptions`
 arrives in v1.5.1 and its NetworkPolicies in v1.7. So raylab does what KubeRay's own

@@ -28,8 +28,9 @@ from types import TracebackType
 from typing import Any
 
 from ...errors import BackendUnavailable, Conflict, Forbidden, NotFound, RaylabError
+from ...identity import owner_label
 from .errors import RBAC_DOC, Call, api_errors, server_message
-from .manifest import MANAGED_BY, MANAGED_BY_LABEL, OWNER_ANNOTATION, OWNER_LABEL, owner_label
+from .manifest import MANAGED_BY, MANAGED_BY_LABEL, OWNER_ANNOTATION, OWNER_LABEL
 
 LEASES = "leases"  # as RBAC and error messages name them
 REQUEST_TIMEOUT = (5.0, 30.0)

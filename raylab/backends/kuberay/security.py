@@ -19,9 +19,9 @@ from typing import Any
 from ...auth import SECRET_KEY, TokenError, new_token
 from ...config import Settings
 from ...errors import BackendUnavailable, Conflict, Forbidden, NotFound
+from ...identity import owner_label
 from .config import SA_DIR, in_cluster
 from .errors import Call, api_errors
-from .manifest import owner_label
 from .manifest_security import (
     auth_env,
     network_policies,

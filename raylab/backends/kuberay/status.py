@@ -16,13 +16,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from ...model import ClusterInfo, Endpoints, Phase, QueueInfo
+from ...model import ClusterEnvironment, ClusterInfo, Endpoints, Phase, QueueInfo
 from ...spec import ClusterSpec
-from ...sync.environment import ANNOTATION as ENVIRONMENT_ANNOTATION
-from ...sync.environment import ClusterEnvironment
 from .manifest import (
     CLIENT_PORT,
     DASHBOARD_PORT,
+    ENVIRONMENT_ANNOTATION,
     GPU_TYPE_LABEL,
     IDLE_ANNOTATION,
     OWNER_ANNOTATION,

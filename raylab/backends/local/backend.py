@@ -29,9 +29,8 @@ from filelock import FileLock, Timeout
 
 from ... import auth
 from ...errors import BackendUnavailable, Conflict, NotFound, SpecError
-from ...model import ClusterInfo, Endpoints, IdleState, Phase
+from ...model import ClusterEnvironment, ClusterInfo, Endpoints, IdleState, Phase
 from ...spec import ClusterSpec, parse_quantity
-from ...sync.environment import ClusterEnvironment
 from ..base import ClusterEvent
 from .memory import object_store_bytes
 from .node import READY_TEXT, RESTART_MARK, node_ref
@@ -41,7 +40,7 @@ from .tempdir import is_inside, private_temp_root
 
 log = logging.getLogger(__name__)
 STATE_FILE = "cluster.json"
-# Every port a node's agents would otherwise choose themselves (see local_ports.py), as
+# Every port a node's agents would otherwise choose themselves (see ports.py), as
 # `ray start` names them.
 AGENT_PORTS = (
     "dashboard-agent-grpc-port",
@@ -50,7 +49,7 @@ AGENT_PORTS = (
     "runtime-env-agent-port",
 )
 QUOTA_LOCK_TIMEOUT_S = 120.0  # a create starts every node under it: seconds, not minutes
-START_TRIES = 3  # attempts per node before it is reported dead (see local_node.py)
+START_TRIES = 3  # attempts per node before it is reported dead (see node.py)
 _IP_LINE = re.compile(r"Local node IP: (\S+)")
 _SESSION = re.compile(r"(/\S+/session_[^/\s]+)")
 
@@ -133,11 +132,13 @@ class _State:
 
 class LocalBackend:
     name = "local"
-    # A node is started again only until it first comes up (local_node.py); one that
+    # A node is started again only until it first comes up (node.py); one that
     # exits after that, or never came up in its tries, stays down.
     restarts_nodes = False
     driver_joins = False
     autoscales = False
+    may_queue = False
+    workers_read_owner_files = True
     # The per-cluster calls' `namespace` is ignored: this machine's clusters have none.
 
     def __init__(
@@ -390,6 +391,8 @@ class LocalBackend:
     def dashboard_address(self, info: ClusterInfo) -> str | None:
         return info.endpoints.dashboard
 
+    lasting_dashboard_address = dashboard_address
+
     def watch(
         self, stop: threading.Event, on_health: Callable[[str | None], None] | None = None
     ) -> Iterator[ClusterEvent]:
@@ -470,7 +473,7 @@ class LocalBackend:
                 f"--num-gpus={per_worker}",
                 f"--memory={int(parse_quantity(spec.memory))}",
             ]
-            # Workers start once the head is up (see local_node.py).
+            # Workers start once the head is up (see node.py).
             order = ["--needs", _ref(state.nodes[0])]
             state.nodes.append(self._spawn(name, "worker", i, args, env, ports, order))
 

@@ -8,7 +8,7 @@ Three things make a node come up on a small, busy machine:
   session folder, with a fixed 15 s limit that no setting changes, and aborts the node
   when it passes. The agent writes it only once it has imported Ray and loaded all its
   modules, which on two busy cores takes longer. raylab chose that port itself
-  (`AGENT_PORT`, see local_ports.py): this writes it into the file as soon as the raylet
+  (`AGENT_PORT`, see ports.py): this writes it into the file as soon as the raylet
   exists, so the raylet waits for nothing; the agent comes up when it can.
 - Workers start once the head is up (`--needs`): a head that has to be started again
   never strands workers joined to its first try.

@@ -43,7 +43,7 @@ _RAY_ENV = {
     # Ray 2.60 turns token auth on for `ray start` whenever ~/.ray/auth_token exists
     # (any local `ray.init()` writes one): state it, so a cluster made with auth off
     # behaves the same on every machine. Clusters with a token (the default) replace it
-    # with their own (local.py); see the README on security.
+    # with their own (backend.py); see the README on security.
     "RAY_AUTH_MODE": "disabled",
     **CLIENT_SERVER_ENV,
 }
@@ -57,7 +57,7 @@ class NodeProcess:
     started: float  # tells our process from a later one that reused the pid (node.started)
     log: str
     temp_dir: str = ""  # the node's own Ray temp dir (sockets, session logs)
-    ports: dict[str, int] = field(default_factory=dict)  # its agents' ports (local_ports.py)
+    ports: dict[str, int] = field(default_factory=dict)  # its agents' ports (ports.py)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from raylab import render
+from raylab.backends.kuberay.manifest import ENVIRONMENT_ANNOTATION as ANNOTATION
 from raylab.backends.kuberay.status import cluster_info
-from raylab.render import format_size
-from raylab.sync.environment import ANNOTATION, ClusterEnvironment
+from raylab.display import render
+from raylab.model import ClusterEnvironment, format_size
 
 
 @pytest.mark.parametrize(

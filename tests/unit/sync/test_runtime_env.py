@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from raylab.errors import SpecError
-from raylab.sync.environment import ClusterEnvironment
+from raylab.model import ClusterEnvironment
 from raylab.sync.errors import runtime_env_failure
 from raylab.sync.runtime_env import EnvOptions, prepare
 

@@ -24,11 +24,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from . import auth, driver_watch, joined_node, live_code
-from .errors import BackendUnavailable
-from .model import ClusterInfo
-from .sync.errors import RuntimeEnvFailed, runtime_env_failure
-from .versions import check_versions, running_versions
+from .. import auth
+from ..errors import BackendUnavailable
+from ..model import ClusterInfo
+from ..sync.errors import RuntimeEnvFailed, runtime_env_failure
+from ..versions import check_versions, running_versions
+from . import driver_watch, joined_node, live_code
 
 DRIVER, CLIENT = "driver", "client"
 # How long a direct driver waits for the cluster to make its pip environment (Ray Client

@@ -9,7 +9,7 @@ it leaves when the kernel disconnects, switches cluster or exits, and a supervis
 watching the kernel's pid ends it even when the kernel is killed outright, so no raylet is
 left in the user's pod.
 
-Run as `python -m raylab.joined_node KERNEL_PID LOG -- COMMAND` (the supervisor, over
+Run as `python -m raylab.kernel.joined_node KERNEL_PID LOG -- COMMAND` (the supervisor, over
 the local backend's node supervisor and its `ray start ... --block`); `join` starts it.
 """
 
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import psutil
 
-from .backends.kuberay.manifest import KERNEL_NODE_PORTS
-from .backends.local.ports import bindable
+from ..backends.kuberay.manifest import KERNEL_NODE_PORTS
+from ..backends.local.ports import bindable
 
 READY_TEXT = "Ray runtime started"
 JOIN_TIMEOUT_S = 120.0  # up to NODE_TRIES starts of `ray start` on a busy machine
@@ -134,7 +134,7 @@ def join(gcs: str, timeout: float = JOIN_TIMEOUT_S) -> JoinedNode:
     # node come up on a busy machine (backends/local/node.py).
     node_argv = [sys.executable, "-m", "raylab.backends.local.node", str(NODE_TRIES),
                  str(agent), "--", *argv]  # fmt: skip
-    watched = [sys.executable, "-m", "raylab.joined_node", str(os.getpid()), str(log), "--"]
+    watched = [sys.executable, "-m", "raylab.kernel.joined_node", str(os.getpid()), str(log), "--"]
     supervisor = subprocess.Popen(
         [*watched, *node_argv],
         stdin=subprocess.DEVNULL,
@@ -182,7 +182,7 @@ def _any_port() -> int:
 
 
 def _fatal(temp_dir: Path) -> str | None:
-    from .backends.local.backend import fatal_line  # only when joining failed
+    from ..backends.local.backend import fatal_line  # only when joining failed
 
     return fatal_line(temp_dir)
 

@@ -8,9 +8,9 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
+from ..errors import RaylabError
+from ..model import ClusterInfo
 from . import render
-from .errors import RaylabError
-from .model import ClusterInfo
 
 
 def in_notebook() -> bool:

@@ -8,9 +8,15 @@ from __future__ import annotations
 import html
 import time
 
-from .culler.ledger import UsageRow
-from .model import ClusterInfo, Phase, QueueInfo, format_age
-from .sync.environment import ClusterEnvironment
+from ..model import (
+    ClusterEnvironment,
+    ClusterInfo,
+    Phase,
+    QueueInfo,
+    UsageRow,
+    format_age,
+    format_size,
+)
 
 COLUMNS = ("NAME", "PHASE", "WORKERS", "GPUS", "CPU/MEM PER WORKER", "AGE", "IDLE")
 
@@ -122,20 +128,6 @@ def summary(info: ClusterInfo) -> str:
         f"GPUs {gpus_text(info)}",
     ]
     return "  ·  ".join(parts)
-
-
-def format_size(size: int) -> str:
-    """1.5 KiB, 3.2 MiB: one decimal, rounded half up in integers (render.ts does the
-    same, so the notebook's card and the sidebar's never differ in the last digit)."""
-    if size < 1024:
-        return f"{size} B"
-    unit = 1024
-    for name in ("KiB", "MiB", "GiB", "TiB"):
-        tenths = (size * 20 + unit) // (2 * unit)  # size * 10 / unit, rounded half up
-        if tenths < 10240 or name == "TiB":
-            break
-        unit *= 1024
-    return f"{tenths // 10}.{tenths % 10} {name}"
 
 
 def environment_text(env: ClusterEnvironment) -> str:
