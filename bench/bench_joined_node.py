@@ -1,4 +1,4 @@
-"""What joining a cluster as the kernel's own Ray node costs (joined_node.py: how a kernel
+"""What joining a cluster as the kernel's own Ray node costs (kernel/joined_node.py: how a kernel
 in a pod becomes a direct driver of a KubeRay cluster): raylab's `join` against the same
 `ray start --address=GCS --num-cpus=0 --num-gpus=0 --block` typed by hand, alternating in
 one run, on a local cluster of this machine (a notebook pod's node is the same processes).

@@ -1,5 +1,5 @@
 /**
- * Words for clusters, the same as `raylab/render.py` uses in the magics, the
+ * Words for clusters, the same as `raylab/display/render.py` uses in the magics, the
  * CLI and the notebook status card: "Pending — reason", "2 × a100 (logical)",
  * "1/2 ready", "4 CPU · 16Gi memory", kubectl-style ages.
  */

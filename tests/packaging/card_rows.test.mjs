@@ -1,5 +1,5 @@
 // The sidebar's card rows (labextension/lib/render.js, built from render.ts) for
-// the clusters of card_rows.json, which raylab/render.py must make too. Run by
+// the clusters of card_rows.json, which raylab/display/render.py must make too. Run by
 // test_card_wording.py with TZ=UTC: `node --test tests/packaging/card_rows.test.mjs`.
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
