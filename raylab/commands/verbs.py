@@ -24,7 +24,7 @@ from ..server.paths import dashboard_path
 from ..service import ClusterService
 from ..sync.environment import EnvOptions
 from .environment import ClusterEnvironments, options_from
-from .parser import CommandError, _subparser, _unknown, build_parser
+from .parser import CommandError, _subparser, _unknown, build_parser, request_from
 
 if TYPE_CHECKING:
     from ..sync.runtime_env import Prepared
@@ -108,9 +108,7 @@ class Commands:
     # --- verbs --------------------------------------------------------------------
 
     def do_up(self, args: argparse.Namespace) -> ClusterInfo:
-        fields = ("name", "gpus", "gpu_type", "workers", "cpus", "memory", "image",
-                  "min_workers", "max_workers", "idle_suspend_minutes", "priority")  # fmt: skip
-        request = {f: getattr(args, f) for f in fields if getattr(args, f) is not None}
+        request = request_from(args)
         service = self.service(args.backend)
         timeout = args.timeout or self.settings.profiles.defaults.timeout
         options = options_from(args)
