@@ -62,6 +62,7 @@ class Field:
     max_length: int | None = None
     refused: str = "text"
     kind: str = "text"  # how the dialog draws it: text, whole, quantity, duration, choice
+    _null_is_default = False  # a class setting, not a field (no annotation)
 
     def value(self, name: str, draft: Draft) -> object:
         """This field's checked value in `draft` (stored in it for the fields after)."""
@@ -77,8 +78,6 @@ class Field:
             self.then(value, draft)
         draft.values[name] = value
         return value
-
-    _null_is_default = False
 
     def check(self, name: str, value: object) -> object:
         """The kind's own check of a value that was given."""
