@@ -27,13 +27,13 @@ from .errors import (
 )
 from .identity import may_see
 from .model import Capacity, ClusterEnvironment, ClusterInfo, IdleState, Phase, Usage
+from .request_fields import whole_number
 from .spec import (
     MAX_WORKERS,
     ClusterSpec,
     generate_name,
     requested_gpus,
     validate_name,
-    whole_number,
 )
 
 # How long `wait` takes a refusal for a restarting API server's (see there).

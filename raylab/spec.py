@@ -11,12 +11,14 @@ import re
 import secrets
 import string
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from decimal import Decimal
-from typing import Any
+from typing import Any, get_args, get_type_hints
 
 from .errors import SpecError
 from .profiles import GpuProfile, Profiles
+from .request_fields import DECLARATION, Draft, Field, Whole
+from .request_fields import shown as _show
 
 NAME_MAX = 40
 # Every pattern below is used with `fullmatch`: `match` with `$` also accepts a trailing
@@ -33,60 +35,167 @@ _IMAGE = re.compile(
     r"(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
     r"(?:@sha256:[a-f0-9]{64})?"
 )
-# ASCII digits only: str.isdigit() also accepts "¹" and "٣", which int() refuses.
-_WHOLE = re.compile(r"\+?[0-9]+")
 _FIELD_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 MAX_GPUS = 1024
 MAX_WORKERS = 512
 
-FIELDS = (
-    "name",
-    "gpus",
-    "gpu_type",
-    "workers",
-    "cpus",
-    "memory",
-    "image",
-    "min_workers",
-    "max_workers",
-    "idle_timeout_minutes",
-    "idle_suspend_minutes",
-    "priority",
-)
+
+# --- what the declarations below call: checks of one field, and across fields ----------
 
 
-_STORED_TYPES: dict[str, tuple[type, ...]] = {
-    "name": (str,),
-    "gpus": (int,),
-    "gpu_type": (str,),
-    "workers": (int,),
-    "cpus": (str,),
-    "memory": (str,),
-    "image": (str, type(None)),
-    "min_workers": (int, type(None)),
-    "max_workers": (int, type(None)),
-    "idle_timeout_minutes": (int, type(None)),
-    "idle_suspend_minutes": (int, float, type(None)),
-    "priority": (str, type(None)),
-}
+def _name(value: object, _: Draft) -> str:
+    return generate_name() if value is None else validate_name(value)
+
+
+def _gpu_type(value: object, draft: Draft) -> str:
+    """The GPU type asked for, or the profiles' default for that many GPUs."""
+    profiles = draft.profiles
+    if value is None:
+        value = profiles.default_gpu_type(draft.values["gpus"])
+    if not isinstance(value, str) or profiles.get(value) is None:
+        raise SpecError(
+            "gpu_type",
+            f"unknown GPU type {_show(value)}; choose one of: {', '.join(profiles.gpu_types)}",
+        )
+    return value
+
+
+def _fits_gpu_type(workers: int, draft: Draft) -> None:
+    """The GPUs split evenly across the workers, no more per worker than a node has."""
+    gpus, gpu_type, profile = draft.values["gpus"], draft.values["gpu_type"], draft.profile
+    if gpus and not profile.has_gpus:
+        raise SpecError("gpus", f"GPU type {gpu_type!r} has no GPUs; ask for --gpus 0")
+    if gpus and workers == 0:
+        raise SpecError("workers", "GPUs run on workers; ask for at least one worker")
+    if workers and gpus % workers:
+        raise SpecError("gpus", _uneven(gpus, workers))
+    per_worker = gpus // workers if workers else 0
+    if per_worker > profile.max_gpus_per_worker:
+        need = -(-gpus // profile.max_gpus_per_worker)
+        raise SpecError(
+            "gpus",
+            f"{per_worker} GPUs per worker, but a {gpu_type} node has at most "
+            f"{profile.max_gpus_per_worker}; use --workers {need} or more",
+        )
+
+
+def _cpus(value: object, draft: Draft) -> str:
+    return _quantity(value, "cpus", draft.profile.default_cpus, memory=False)
+
+
+def _memory(value: object, draft: Draft) -> str:
+    return _quantity(value, "memory", draft.profile.default_memory, memory=True)
+
+
+def _autoscales(draft: Draft) -> bool:
+    return draft.data.get("min_workers") is not None or draft.data.get("max_workers") is not None
+
+
+def _least_workers(draft: Draft) -> int | None:
+    return 0 if _autoscales(draft) else None
+
+
+def _most_workers(draft: Draft) -> int | None:
+    values = draft.values
+    return max(values["workers"], values["min_workers"], 1) if _autoscales(draft) else None
+
+
+def _within_range(high: int | None, draft: Draft) -> None:
+    """An autoscaling range that holds the workers asked for."""
+    if high is None:
+        return
+    low, workers = draft.values["min_workers"], draft.values["workers"]
+    if low > high:
+        raise SpecError("min_workers", f"min workers {low} is more than max workers {high}")
+    if not low <= workers <= high:
+        raise SpecError(
+            "workers", f"{workers} workers is outside the autoscaling range {low}..{high}"
+        )
+
+
+def _idle_suspend(value: object, draft: Draft) -> float | None:
+    """The user's idle limit in minutes: less than the admin's for this GPU type, never more."""
+    if value is None:
+        return None
+    field = "idle_suspend"
+    profile = draft.profile
+    try:
+        minutes = parse_duration(value) / 60
+    except ValueError:
+        raise SpecError(field, f"{_show(value)} is not a duration such as 30m or 2h") from None
+    limit = profile.idle_suspend_limit_minutes
+    if minutes <= 0:
+        if limit:
+            raise SpecError(field, f"0 would never suspend; {_most(profile)}")
+        return 0.0
+    if limit and minutes > limit:
+        raise SpecError(field, f"{_minutes(minutes)} is more than allowed; {_most(profile)}")
+    return minutes
 
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    name: str
-    gpus: int
-    gpu_type: str
-    workers: int
-    cpus: str
-    memory: str
-    image: str | None = None
-    min_workers: int | None = None
-    max_workers: int | None = None
-    idle_timeout_minutes: int | None = None
+    """One request for a Ray cluster. Each field is declared once, here, in its metadata
+    (`request_fields`): its check, its command-line option and its place in the dialog.
+    Fields are read in this order; a field's checks see the values of those above it."""
+
+    name: str = field(metadata={DECLARATION: Field(
+        flag="--name", help="DNS label, at most 40 characters (default: generated)",
+        label="Name", placeholder="lowercase letters, digits, '-'; empty: generated",
+        read=_name,
+    )})  # fmt: skip
+    gpus: int = field(metadata={DECLARATION: Whole(
+        flag="--gpus", help="GPUs in the whole cluster, split evenly across workers",
+        label="GPUs", low=0, high=MAX_GPUS, default=lambda d: d.profiles.defaults.gpus,
+    )})  # fmt: skip
+    gpu_type: str = field(metadata={DECLARATION: Field(
+        flag="--gpu-type", help="a configured GPU type, e.g. a100",
+        label="GPU type", kind="choice", read=_gpu_type,
+    )})  # fmt: skip
+    workers: int = field(metadata={DECLARATION: Whole(
+        flag="--workers", help="worker nodes (default from the profile)",
+        label="Workers", hint="Besides the head",
+        low=0, high=MAX_WORKERS, default=lambda d: d.profiles.defaults.workers,
+        then=_fits_gpu_type,
+    )})  # fmt: skip
+    cpus: str = field(metadata={DECLARATION: Field(
+        flag="--cpus", help="CPUs per worker, e.g. 16 or 500m",
+        label="CPUs per worker", kind="quantity", read=_cpus,
+    )})  # fmt: skip
+    memory: str = field(metadata={DECLARATION: Field(
+        flag="--memory", help="memory per worker, e.g. 64Gi",
+        label="Memory per worker", kind="quantity", read=_memory,
+    )})  # fmt: skip
+    image: str | None = field(default=None, metadata={DECLARATION: Field(
+        flag="--image", help="Ray image (KubeRay)", label="Image",
+        pattern=_IMAGE, max_length=255,
+        refused="an image reference such as rayproject/ray:2.60.0-py311-gpu",
+        default=lambda d: d.profiles.defaults.image,
+    )})  # fmt: skip
+    min_workers: int | None = field(default=None, metadata={DECLARATION: Whole(
+        flag="--min-workers", help="autoscaling lower bound", label="Min workers",
+        low=0, high=MAX_WORKERS, default=_least_workers,
+    )})  # fmt: skip
+    max_workers: int | None = field(default=None, metadata={DECLARATION: Whole(
+        flag="--max-workers", help="autoscaling upper bound", label="Max workers",
+        low=1, high=MAX_WORKERS, default=_most_workers, then=_within_range,
+    )})  # fmt: skip
+    idle_timeout_minutes: int | None = field(default=None, metadata={DECLARATION: Whole(
+        flag=None, help="autoscaling: remove a worker idle this many minutes",
+        label="Idle timeout (minutes)", dialog=False, low=1, high=7 * 24 * 60,
+    )})  # fmt: skip
     # Suspend after this long idle; None: the admin's limit for the GPU type. Only less.
-    idle_suspend_minutes: float | None = None
+    idle_suspend_minutes: float | None = field(default=None, metadata={DECLARATION: Field(
+        flag="--idle-suspend", metavar="DURATION",
+        help="suspend after this long idle, e.g. 30m (at most your admin's limit)",
+        label="Suspend when idle", kind="duration", dialog=False, read=_idle_suspend,
+    )})  # fmt: skip
     # The Kueue WorkloadPriorityClass asked for (one the admin lists); None: the default.
-    priority: str | None = None
+    priority: str | None = field(default=None, metadata={DECLARATION: Field(
+        flag="--priority", help="a Kueue priority class your admin allows (clusters that queue)",
+        label="Priority", hint="Orders the queue; a higher one may preempt lower ones",
+        kind="choice", pattern=_PRIORITY, refused="a priority class name such as high",
+    )})  # fmt: skip
 
     @property
     def gpus_per_worker(self) -> int:
@@ -134,80 +243,45 @@ class ClusterSpec:
             raise SpecError("body", "expected a JSON object with cluster fields")
         unknown = sorted(str(k) for k in data if k not in FIELDS)
         if unknown:
-            field = shown_field(unknown[0])
             raise SpecError(
-                field, f"unknown field {_show(unknown[0])}; allowed: {', '.join(FIELDS)}"
+                shown_field(unknown[0]),
+                f"unknown field {_show(unknown[0])}; allowed: {', '.join(FIELDS)}",
             )
-        d = profiles.defaults
-        name = _name(data.get("name"))
-        gpus, gpu_type = requested_gpus(data, profiles)
-        workers = _int(data, "workers", d.workers, 0, MAX_WORKERS)
-        profile = profiles.gpu_types[gpu_type]
-        if gpus and not profile.has_gpus:
-            raise SpecError("gpus", f"GPU type {gpu_type!r} has no GPUs; ask for --gpus 0")
-        if gpus and workers == 0:
-            raise SpecError("workers", "GPUs run on workers; ask for at least one worker")
-        if workers and gpus % workers:
-            raise SpecError("gpus", _uneven(gpus, workers))
-        per_worker = gpus // workers if workers else 0
-        if per_worker > profile.max_gpus_per_worker:
-            need = -(-gpus // profile.max_gpus_per_worker)
-            raise SpecError(
-                "gpus",
-                f"{per_worker} GPUs per worker, but a {gpu_type} node has at most "
-                f"{profile.max_gpus_per_worker}; use --workers {need} or more",
-            )
-        cpus = _quantity(data, "cpus", profile.default_cpus, memory=False)
-        memory = _quantity(data, "memory", profile.default_memory, memory=True)
-        image = data.get("image", d.image)
-        if image is not None and (
-            not isinstance(image, str) or len(image) > 255 or not _IMAGE.fullmatch(image)
-        ):
-            raise SpecError(
-                "image",
-                f"{_show(image)} is not an image reference such as rayproject/ray:2.60.0-py311-gpu",
-            )
-        min_w, max_w = _autoscaling(data, workers)
-        idle = data.get("idle_timeout_minutes")
-        if idle is not None:
-            idle = _int(data, "idle_timeout_minutes", None, 1, 7 * 24 * 60)
-        idle_suspend = _idle_suspend(data.get("idle_suspend_minutes"), profile)
-        priority = data.get("priority")
-        if priority is not None and (
-            not isinstance(priority, str) or not _PRIORITY.fullmatch(priority)
-        ):
-            raise SpecError(
-                "priority", f"{_show(priority)} is not a priority class name such as high"
-            )
-        return cls(
-            name=name,
-            gpus=gpus,
-            gpu_type=gpu_type,
-            workers=workers,
-            cpus=cpus,
-            memory=memory,
-            image=image,
-            min_workers=min_w,
-            max_workers=max_w,
-            idle_timeout_minutes=idle,
-            idle_suspend_minutes=idle_suspend,
-            priority=priority,
-        )
+        draft = Draft(data, profiles)
+        for name, declared in REQUEST_FIELDS.items():
+            declared.value(name, draft)
+        return cls(**draft.values)
+
+
+REQUEST_FIELDS: dict[str, Field] = {f.name: f.metadata[DECLARATION] for f in fields(ClusterSpec)}
+FIELDS = tuple(REQUEST_FIELDS)
+
+
+def _stored_types() -> dict[str, tuple[type, ...]]:
+    """Each field's types as annotated; a float field also holds an int (30, not 30.0)."""
+    hints = get_type_hints(ClusterSpec)
+    stored = {}
+    for name in FIELDS:
+        kinds = get_args(hints[name]) or (hints[name],)
+        stored[name] = (int, *kinds) if float in kinds else kinds
+    return stored
+
+
+_STORED_TYPES = _stored_types()
+
+
+def describe_fields() -> list[dict[str, Any]]:
+    """The request's fields as the New-cluster dialog draws them (`GET profiles`)."""
+    return [declared.describe(name) for name, declared in REQUEST_FIELDS.items()]
 
 
 def requested_gpus(data: Mapping[str, Any], profiles: Profiles) -> tuple[int, str]:
     """(GPUs, GPU type) a request asks for, each checked, the profiles' defaults where
     left out: all that a cluster's place in a queue depends on (`capacity`)."""
-    gpus = _int(data, "gpus", profiles.defaults.gpus, 0, MAX_GPUS)
-    gpu_type = data.get("gpu_type")
-    if gpu_type is None:
-        gpu_type = profiles.default_gpu_type(gpus)
-    if not isinstance(gpu_type, str) or profiles.get(gpu_type) is None:
-        raise SpecError(
-            "gpu_type",
-            f"unknown GPU type {_show(gpu_type)}; choose one of: {', '.join(profiles.gpu_types)}",
-        )
-    return gpus, gpu_type
+    draft = Draft(data, profiles)
+    for name in ("gpus", "gpu_type"):
+        REQUEST_FIELDS[name].value(name, draft)
+    return draft.values["gpus"], draft.values["gpu_type"]
 
 
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(s|m|min|h|d)?")
@@ -242,25 +316,6 @@ def parse_since(text: str) -> float:
     if seconds <= 0:  # parse_duration already refuses what is not finite
         raise SpecError("since", f"{text} is not a positive duration; use e.g. 7d")
     return seconds
-
-
-def _idle_suspend(value: object, profile: GpuProfile) -> float | None:
-    """The user's idle limit in minutes: less than the admin's for this GPU type, never more."""
-    if value is None:
-        return None
-    field = "idle_suspend"
-    try:
-        minutes = parse_duration(value) / 60
-    except ValueError:
-        raise SpecError(field, f"{_show(value)} is not a duration such as 30m or 2h") from None
-    limit = profile.idle_suspend_limit_minutes
-    if minutes <= 0:
-        if limit:
-            raise SpecError(field, f"0 would never suspend; {_most(profile)}")
-        return 0.0
-    if limit and minutes > limit:
-        raise SpecError(field, f"{_minutes(minutes)} is more than allowed; {_most(profile)}")
-    return minutes
 
 
 def _minutes(minutes: float) -> str:
@@ -300,36 +355,6 @@ def generate_name() -> str:
     return "ray-" + "".join(secrets.choice(alphabet) for _ in range(5))
 
 
-def _name(value: object) -> str:
-    return generate_name() if value is None else validate_name(value)
-
-
-def _show(value: object) -> str:
-    """A short, safe rendering of user input for error messages."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _int(data: Mapping[str, Any], field: str, default: int | None, low: int, high: int) -> int:
-    value = data.get(field)
-    if value is None:
-        if default is None:
-            raise SpecError(field, "a whole number is required")
-        return default
-    return whole_number(value, field, low, high)
-
-
-def whole_number(value: object, field: str, low: int, high: int) -> int:
-    """`value` (an int, or digits from a command line or form) within low..high."""
-    if isinstance(value, str) and _WHOLE.fullmatch(value.strip()):
-        value = int(value.strip())
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SpecError(field, f"{_show(value)} is not a whole number; use {low} to {high}")
-    if not low <= value <= high:
-        raise SpecError(field, f"{value} is out of range; use {low} to {high}")
-    return value
-
-
 def _uneven(gpus: int, workers: int) -> str:
     divisors = [w for w in range(1, gpus + 1) if gpus % w == 0 and w <= MAX_WORKERS]
     near = [g for g in range(workers, gpus + workers + 1, workers)][:2]
@@ -342,8 +367,7 @@ def _uneven(gpus: int, workers: int) -> str:
     )
 
 
-def _quantity(data: Mapping[str, Any], field: str, default: str, *, memory: bool) -> str:
-    value = data.get(field)
+def _quantity(value: object, field: str, default: str, *, memory: bool) -> str:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, str | int):
@@ -382,17 +406,3 @@ def parse_quantity(text: str) -> Decimal:
     if not match:
         raise ValueError(text)
     return Decimal(match.group(1)) * _SUFFIX[match.group(2) or ""]
-
-
-def _autoscaling(data: Mapping[str, Any], workers: int) -> tuple[int | None, int | None]:
-    if data.get("min_workers") is None and data.get("max_workers") is None:
-        return None, None
-    low = _int(data, "min_workers", 0, 0, MAX_WORKERS)
-    high = _int(data, "max_workers", max(workers, low, 1), 1, MAX_WORKERS)
-    if low > high:
-        raise SpecError("min_workers", f"min workers {low} is more than max workers {high}")
-    if not low <= workers <= high:
-        raise SpecError(
-            "workers", f"{workers} workers is outside the autoscaling range {low}..{high}"
-        )
-    return low, high

@@ -12,7 +12,7 @@ import React from 'react';
 
 import { ICluster, Phase, dashboardPath } from './clusterApi';
 import { useNow } from './clock';
-import { CommandIDs } from './commandIds';
+import { CommandIDs, Run } from './commandIds';
 import { JobsSection } from './jobs';
 import { JobWatcher } from './jobWatch';
 import {
@@ -24,16 +24,6 @@ import {
   phaseText,
   suspendedText
 } from './render';
-
-/**
- * Run a command, on `cluster` when given (as `{name, namespace}`, with
- * `args` added: a job's `{job}`).
- */
-export type Run = (
-  command: string,
-  cluster?: ICluster,
-  args?: { job: string }
-) => Promise<void>;
 
 /**
  * Run `run`'s commands on one cluster, at most one at a time: `busy` names
@@ -179,7 +169,7 @@ interface ICardProps {
 
 /**
  * One cluster: the fields and wording of the notebook status card
- * (`raylab/render.py`), and its actions.
+ * (`raylab/display/render.py`), and its actions.
  */
 function ClusterCardView(props: ICardProps): React.ReactElement {
   const { cluster: c, run } = props;

@@ -124,22 +124,12 @@ export interface ICluster {
 }
 
 /**
- * The body of `POST clusters`: every field is optional, the server fills in
- * the profile's defaults. Numbers the user typed badly are sent as typed so
- * the server names the field in its 422 reply.
+ * The body of `POST clusters`, by the names of the fields the server declares
+ * (`IRequestField`): every field is optional, the server fills in the
+ * profile's defaults. Numbers the user typed badly are sent as typed so the
+ * server names the field in its 422 reply.
  */
-export interface ICreateRequest {
-  name?: string;
-  gpus?: number | string;
-  gpu_type?: string;
-  workers?: number | string;
-  cpus?: string;
-  memory?: string;
-  image?: string;
-  min_workers?: number | string;
-  max_workers?: number | string;
-  priority?: string;
-}
+export type CreateRequest = Record<string, number | string>;
 
 /**
  * A cluster's identity in the model, the sidebar and the commands:
@@ -198,7 +188,7 @@ function clusterPath(route: IClusterRoute, ...rest: string[]): string {
  * of that name (the server then returns it, with HTTP 200).
  */
 export async function createCluster(
-  body: ICreateRequest,
+  body: CreateRequest,
   settings?: ServerConnection.ISettings
 ): Promise<{ cluster: ICluster; created: boolean }> {
   const reply = await requestAPIWithStatus<{ cluster: ICluster }>(

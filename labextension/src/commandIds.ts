@@ -1,3 +1,5 @@
+import type { ICluster } from './clusterApi';
+
 /** The command ids of raylab (command palette, sidebar buttons). */
 export namespace CommandIDs {
   export const open = 'raylab:open';
@@ -17,3 +19,13 @@ export namespace CommandIDs {
   export const exportNotebook = 'raylab:export-notebook';
   export const exportWithOptions = 'raylab:export-notebook-with-options';
 }
+
+/**
+ * Run a command, on `cluster` when given (as `{name, namespace}`, with
+ * `args` added: a job's `{job}`).
+ */
+export type Run = (
+  command: string,
+  cluster?: ICluster,
+  args?: { job: string }
+) => Promise<void>;

@@ -3,54 +3,50 @@ import { ServerConnection } from '@jupyterlab/services';
 import React from 'react';
 
 import { RaylabAPIError, describeError, requestAPI } from './api';
-import { ICluster, ICreateRequest, createCluster } from './clusterApi';
+import { CreateRequest, ICluster, createCluster } from './clusterApi';
 import { FormBody, FormDialog } from './formDialog';
 import { IGpuProfile, IProfilesReply } from './profiles';
+import { IRequestField, dialogFields } from './requestFields';
 
-/** The form's fields, named as the REST API names them. */
-const FIELDS = [
-  'name',
-  'gpu_type',
-  'gpus',
-  'workers',
-  'cpus',
-  'memory',
-  'image',
-  'min_workers',
-  'max_workers',
-  'priority'
-] as const;
-type Field = (typeof FIELDS)[number];
+/**
+ * Where the dialog draws the fields it knows, row by row; any other field the
+ * server declares for the dialog follows on a row of its own. The priority
+ * (a select, where clusters queue) and the autoscaling range (behind a
+ * checkbox) come last.
+ */
+const ROWS: ReadonlyArray<ReadonlyArray<string>> = [
+  ['name'],
+  ['gpu_type'],
+  ['gpus', 'workers'],
+  ['cpus', 'memory'],
+  ['image']
+];
+const AUTOSCALING = ['min_workers', 'max_workers'];
+const PLACED = new Set([...ROWS.flat(), ...AUTOSCALING, 'priority']);
+/** Filled in from the profile's defaults, so always sent. */
+const PREFILLED = new Set(['gpu_type', 'gpus', 'workers']);
 
-interface IFormValues {
-  name: string;
-  gpu_type: string;
-  gpus: string;
-  workers: string;
-  cpus: string;
-  memory: string;
-  image: string;
-  autoscale: boolean;
-  min_workers: string;
-  max_workers: string;
-  /** A Kueue priority class the admin lists; '' for the default. */
-  priority: string;
-}
-
-/** The fields entered as text (all but the selects). */
-type TextField = Exclude<Field, 'gpu_type' | 'priority'>;
-const NUMERIC: React.InputHTMLAttributes<HTMLInputElement> = {
-  inputMode: 'numeric'
+type InputProps = React.InputHTMLAttributes<HTMLInputElement>;
+const NUMERIC: InputProps = { inputMode: 'numeric' };
+/** What some inputs add to their field's declaration. */
+const INPUT_EXTRAS: Record<string, InputProps> = {
+  name: { autoComplete: 'off', spellCheck: false },
+  image: { spellCheck: false }
 };
 
-interface IFormErrors {
-  fields: Partial<Record<Field, string>>;
-  /** A refusal that concerns no single field (quota, backend, network). */
-  form: string | null;
+interface IFormValues {
+  /**
+   * Each field's text by its REST name; a select's choice too (`priority`:
+   * '' for the default).
+   */
+  text: Record<string, string>;
+  autoscale: boolean;
 }
 
-function isField(value: string | null): value is Field {
-  return value !== null && (FIELDS as ReadonlyArray<string>).includes(value);
+interface IFormErrors {
+  fields: Record<string, string | undefined>;
+  /** A refusal that concerns no single field (quota, backend, network). */
+  form: string | null;
 }
 
 /** A number when the text is a whole number, else the text (the server refuses it by name). */
@@ -59,35 +55,34 @@ function wholeOrText(text: string): number | string {
   return /^\d+$/.test(t) ? Number(t) : t;
 }
 
-export function requestFromValues(v: IFormValues): ICreateRequest {
-  const body: ICreateRequest = {
-    gpu_type: v.gpu_type,
-    gpus: wholeOrText(v.gpus),
-    workers: wholeOrText(v.workers)
-  };
-  if (v.name.trim()) {
-    body.name = v.name.trim();
-  }
-  if (v.cpus.trim()) {
-    body.cpus = v.cpus.trim();
-  }
-  if (v.memory.trim()) {
-    body.memory = v.memory.trim();
-  }
-  if (v.image.trim()) {
-    body.image = v.image.trim();
-  }
-  if (v.autoscale) {
-    body.min_workers = wholeOrText(v.min_workers);
-    body.max_workers = wholeOrText(v.max_workers);
-  }
-  if (v.priority) {
-    body.priority = v.priority;
+export function requestFromValues(
+  v: IFormValues,
+  fields: ReadonlyArray<IRequestField>
+): CreateRequest {
+  const body: CreateRequest = {};
+  for (const field of fields) {
+    const text = v.text[field.name] ?? '';
+    const sent = AUTOSCALING.includes(field.name)
+      ? v.autoscale
+      : PREFILLED.has(field.name) || text.trim() !== '';
+    if (sent) {
+      body[field.name] =
+        field.kind === 'whole' ? wholeOrText(text) : text.trim();
+    }
   }
   return body;
 }
 
-export function errorsFromFailure(reason: unknown): IFormErrors {
+/**
+ * The server's refusal, next to the field it names when that is one of
+ * `shown` (without `shown`: any field it names).
+ */
+export function errorsFromFailure(
+  reason: unknown,
+  shown?: ReadonlyArray<string>
+): IFormErrors {
+  const isField = (field: string | null): field is string =>
+    field !== null && (shown ? shown.includes(field) : field !== 'body');
   if (reason instanceof RaylabAPIError) {
     if (reason.code === 'invalid' && isField(reason.field)) {
       // "gpus: 3 GPUs cannot be split ..." -> "3 GPUs cannot be split ..."
@@ -113,6 +108,8 @@ export function errorsFromFailure(reason: unknown): IFormErrors {
 
 interface ICreateFormProps {
   profiles: IProfilesReply;
+  /** The fields the dialog draws. */
+  fields: ReadonlyArray<IRequestField>;
   settings: ServerConnection.ISettings;
   initial: IFormValues;
   errors: IFormErrors;
@@ -183,7 +180,8 @@ function useCapacity(
   v: IFormValues
 ): ICapacity | null {
   const [capacity, setCapacity] = React.useState<ICapacity | null>(null);
-  const queued = Boolean(profiles.queues?.[v.gpu_type]);
+  const { gpu_type: gpuType, gpus, workers } = v.text;
+  const queued = Boolean(profiles.queues?.[gpuType]);
   React.useEffect(() => {
     if (!queued) {
       setCapacity(null);
@@ -191,9 +189,9 @@ function useCapacity(
     }
     let live = true;
     const query = new URLSearchParams({
-      gpu_type: v.gpu_type,
-      gpus: v.gpus.trim(),
-      workers: v.workers.trim()
+      gpu_type: gpuType,
+      gpus: gpus.trim(),
+      workers: workers.trim()
     });
     const timer = setTimeout(() => {
       requestAPI<{ capacity: ICapacity | null }>(
@@ -208,7 +206,7 @@ function useCapacity(
       live = false;
       clearTimeout(timer);
     };
-  }, [queued, v.gpu_type, v.gpus, v.workers]);
+  }, [queued, gpuType, gpus, workers]);
   return capacity;
 }
 
@@ -218,47 +216,30 @@ function CreateForm(props: ICreateFormProps): React.ReactElement {
   // Fields edited since the server's last answer: their error is hidden.
   const [edited, setEdited] = React.useState<ReadonlySet<string>>(new Set());
   React.useEffect(() => setEdited(new Set()), [props.errors]);
-  const { profiles } = props;
+  const { profiles, fields } = props;
   const errors: IFormErrors = {
     form: props.errors.form,
     fields: Object.fromEntries(
       Object.entries(props.errors.fields).filter(([f]) => !edited.has(f))
     )
   };
-  const set = (patch: Partial<IFormValues>): void => {
-    const next = { ...v, ...patch };
+  const update = (
+    text: Record<string, string>,
+    autoscale = v.autoscale
+  ): void => {
+    const next = { text: { ...v.text, ...text }, autoscale };
     setValues(next);
-    setEdited(new Set([...edited, ...Object.keys(patch)]));
+    setEdited(new Set([...edited, ...Object.keys(text)]));
     props.onChange(next);
   };
+  const t = v.text;
   const profile: IGpuProfile | undefined = profiles.gpu_types.find(
-    p => p.name === v.gpu_type
+    p => p.name === t.gpu_type
   );
   const id = (f: string): string => `jp-raylab-new-${f}`;
-  // One labelled text input bound to one field of the form.
-  const textField = (
-    field: TextField,
-    label: string,
-    input: React.InputHTMLAttributes<HTMLInputElement> = {},
-    hint?: string
-  ): React.ReactElement => (
-    <FieldRow
-      id={id(field)}
-      label={label}
-      hint={hint}
-      error={errors.fields[field]}
-    >
-      <input
-        className="jp-mod-styled"
-        type="text"
-        {...input}
-        value={v[field]}
-        onChange={e => set({ [field]: e.target.value })}
-      />
-    </FieldRow>
-  );
-  const gpus = Number(v.gpus);
-  const workers = Number(v.workers);
+  const declared = new Map(fields.map(f => [f.name, f]));
+  const gpus = Number(t.gpus);
+  const workers = Number(t.workers);
   let gpuHint = profile?.max_gpus_per_worker
     ? `In the whole cluster; at most ${profile.max_gpus_per_worker} per worker`
     : 'This type has no GPUs';
@@ -268,6 +249,87 @@ function CreateForm(props: ICreateFormProps): React.ReactElement {
   const imageDefault =
     profiles.defaults.image ??
     "rayproject/ray matching this kernel's Ray and Python";
+  // What the form knows better than the declaration: the chosen GPU type's
+  // and the profiles' defaults.
+  const fromForm: Record<string, { hint?: string; placeholder?: string }> = {
+    gpus: { hint: gpuHint },
+    cpus: { placeholder: profile?.default_cpus },
+    memory: { placeholder: profile?.default_memory },
+    image: {
+      placeholder: profiles.defaults.image ?? 'default',
+      hint: `Default: ${imageDefault}`
+    }
+  };
+  // One labelled text input bound to one field of the form.
+  const textField = (field: IRequestField): React.ReactElement => {
+    const own = fromForm[field.name] ?? {};
+    const input: InputProps = {
+      ...(field.kind === 'whole' ? NUMERIC : {}),
+      placeholder: own.placeholder ?? field.placeholder ?? undefined,
+      ...INPUT_EXTRAS[field.name]
+    };
+    return (
+      <FieldRow
+        key={field.name}
+        id={id(field.name)}
+        label={field.label}
+        hint={own.hint ?? field.hint ?? undefined}
+        error={errors.fields[field.name]}
+      >
+        <input
+          className="jp-mod-styled"
+          type="text"
+          {...input}
+          value={t[field.name] ?? ''}
+          onChange={e => update({ [field.name]: e.target.value })}
+        />
+      </FieldRow>
+    );
+  };
+  const gpuTypeField = (field: IRequestField): React.ReactElement => (
+    <FieldRow
+      key={field.name}
+      id={id(field.name)}
+      label={field.label}
+      hint={field.hint ?? undefined}
+      error={errors.fields[field.name]}
+    >
+      <select
+        className="jp-mod-styled"
+        value={t.gpu_type}
+        onChange={e => {
+          const next = profiles.gpu_types.find(p => p.name === e.target.value);
+          update({
+            gpu_type: e.target.value,
+            gpus: next && next.max_gpus_per_worker === 0 ? '0' : t.gpus
+          });
+        }}
+      >
+        {profiles.gpu_types.map(p => (
+          <option key={p.name} value={p.name}>
+            {p.name} — {p.description}
+          </option>
+        ))}
+      </select>
+    </FieldRow>
+  );
+  const draw = (name: string): React.ReactElement | null => {
+    const field = declared.get(name);
+    if (!field) {
+      return null;
+    }
+    return name === 'gpu_type' ? gpuTypeField(field) : textField(field);
+  };
+  const row = (names: ReadonlyArray<string>): React.ReactNode =>
+    names.length > 1 ? (
+      <div key={names.join()} className="jp-raylab-field-pair">
+        {names.map(draw)}
+      </div>
+    ) : (
+      draw(names[0])
+    );
+  const others = fields.filter(f => !PLACED.has(f.name)).map(f => [f.name]);
+  const priority = declared.get('priority');
   return (
     <form
       className="jp-raylab-create-form"
@@ -292,69 +354,20 @@ function CreateForm(props: ICreateFormProps): React.ReactElement {
           {errors.form}
         </div>
       )}
-      {textField('name', 'Name', {
-        placeholder: "lowercase letters, digits, '-'; empty: generated",
-        autoComplete: 'off',
-        spellCheck: false
-      })}
-      <FieldRow
-        id={id('gpu_type')}
-        label="GPU type"
-        error={errors.fields.gpu_type}
-      >
-        <select
-          className="jp-mod-styled"
-          value={v.gpu_type}
-          onChange={e => {
-            const next = profiles.gpu_types.find(
-              p => p.name === e.target.value
-            );
-            set({
-              gpu_type: e.target.value,
-              gpus: next && next.max_gpus_per_worker === 0 ? '0' : v.gpus
-            });
-          }}
-        >
-          {profiles.gpu_types.map(p => (
-            <option key={p.name} value={p.name}>
-              {p.name} — {p.description}
-            </option>
-          ))}
-        </select>
-      </FieldRow>
-      <div className="jp-raylab-field-pair">
-        {textField('gpus', 'GPUs', NUMERIC, gpuHint)}
-        {textField('workers', 'Workers', NUMERIC, 'Besides the head')}
-      </div>
-      <div className="jp-raylab-field-pair">
-        {textField('cpus', 'CPUs per worker', {
-          placeholder: profile?.default_cpus
-        })}
-        {textField('memory', 'Memory per worker', {
-          placeholder: profile?.default_memory
-        })}
-      </div>
-      {textField(
-        'image',
-        'Image',
-        {
-          placeholder: profiles.defaults.image ?? 'default',
-          spellCheck: false
-        },
-        `Default: ${imageDefault}`
-      )}
-      {(profiles.priority_classes ?? []).length > 0 &&
-        profiles.queues?.[v.gpu_type] && (
+      {[...ROWS, ...others].map(row)}
+      {priority &&
+        (profiles.priority_classes ?? []).length > 0 &&
+        profiles.queues?.[t.gpu_type] && (
           <FieldRow
             id={id('priority')}
-            label="Priority"
-            hint="Orders the queue; a higher one may preempt lower ones"
+            label={priority.label}
+            hint={priority.hint ?? undefined}
             error={errors.fields.priority}
           >
             <select
               className="jp-mod-styled"
-              value={v.priority}
-              onChange={e => set({ priority: e.target.value })}
+              value={t.priority}
+              onChange={e => update({ priority: e.target.value })}
             >
               <option value="">default</option>
               {(profiles.priority_classes ?? []).map(name => (
@@ -365,24 +378,19 @@ function CreateForm(props: ICreateFormProps): React.ReactElement {
             </select>
           </FieldRow>
         )}
-      {props.profiles.autoscales && (
+      {profiles.autoscales && (
         <div className="jp-raylab-field jp-raylab-checkbox">
           <label>
             <input
               type="checkbox"
               checked={v.autoscale}
-              onChange={e => set({ autoscale: e.target.checked })}
+              onChange={e => update({}, e.target.checked)}
             />{' '}
             Autoscale between a minimum and maximum number of workers
           </label>
         </div>
       )}
-      {props.profiles.autoscales && v.autoscale && (
-        <div className="jp-raylab-field-pair">
-          {textField('min_workers', 'Min workers', NUMERIC)}
-          {textField('max_workers', 'Max workers', NUMERIC)}
-        </div>
-      )}
+      {profiles.autoscales && v.autoscale && row(AUTOSCALING)}
     </form>
   );
 }
@@ -402,18 +410,20 @@ export class CreateClusterBody extends FormBody<ICluster | null> {
     const gpuType = _profiles.gpu_types.some(p => p.name === defaultGpuType)
       ? defaultGpuType
       : _profiles.defaults.gpu_type;
+    this._fields = dialogFields(_profiles.fields);
+    const text: Record<string, string> = Object.fromEntries(
+      this._fields.map(f => [f.name, ''])
+    );
     this._values = {
-      name: '',
-      gpu_type: gpuType,
-      gpus: String(_profiles.defaults.gpus),
-      workers: String(_profiles.defaults.workers),
-      cpus: '',
-      memory: '',
-      image: '',
-      autoscale: false,
-      min_workers: '0',
-      max_workers: String(Math.max(1, _profiles.defaults.workers)),
-      priority: ''
+      text: {
+        ...text,
+        gpu_type: gpuType,
+        gpus: String(_profiles.defaults.gpus),
+        workers: String(_profiles.defaults.workers),
+        min_workers: '0',
+        max_workers: String(Math.max(1, _profiles.defaults.workers))
+      },
+      autoscale: false
     };
   }
 
@@ -428,14 +438,17 @@ export class CreateClusterBody extends FormBody<ICluster | null> {
     this.update();
     try {
       const reply = await createCluster(
-        requestFromValues(this._values),
+        requestFromValues(this._values, this._fields),
         this._settings
       );
       this._cluster = reply.cluster;
       this._existed = !reply.created;
       return true;
     } catch (reason) {
-      this._errors = errorsFromFailure(reason);
+      this._errors = errorsFromFailure(
+        reason,
+        this._fields.map(f => f.name)
+      );
       return false;
     } finally {
       this._busy = false;
@@ -451,6 +464,7 @@ export class CreateClusterBody extends FormBody<ICluster | null> {
     return (
       <CreateForm
         profiles={this._profiles}
+        fields={this._fields}
         settings={this._settings}
         initial={this._values}
         errors={this._errors}
@@ -462,6 +476,7 @@ export class CreateClusterBody extends FormBody<ICluster | null> {
     );
   }
 
+  private readonly _fields: IRequestField[];
   private _values: IFormValues;
   private _errors: IFormErrors = { fields: {}, form: null };
   private _busy = false;

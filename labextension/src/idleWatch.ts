@@ -1,5 +1,6 @@
 import { Notification } from '@jupyterlab/apputils';
 import { CommandRegistry } from '@lumino/commands';
+import { Poll } from '@lumino/polling';
 import { ServerConnection } from '@jupyterlab/services';
 
 import { describeError } from './api';
@@ -87,6 +88,12 @@ export function watchIdleWarnings(
       void refresh();
     }
   });
-  void refresh();
-  window.setInterval(() => void refresh(), USAGE_REFRESH_MS);
+  // Now, then every few minutes while the page is visible.
+  const poll = new Poll({
+    name: 'raylab:usage',
+    factory: refresh,
+    frequency: { interval: USAGE_REFRESH_MS, backoff: false },
+    standby: 'when-hidden'
+  });
+  sidebar.disposed.connect(() => poll.dispose());
 }

@@ -1,6 +1,7 @@
 import { Notification } from '@jupyterlab/apputils';
 import { ServerConnection } from '@jupyterlab/services';
 import { IDisposable } from '@lumino/disposable';
+import { Poll } from '@lumino/polling';
 
 import { describeError } from './api';
 import {
@@ -48,9 +49,9 @@ interface IClusterJobs {
 
 /**
  * The Ray jobs of the user's Ready clusters, fetched every few seconds while
- * started (one request per cluster; a cluster whose request failed waits
- * longer), for the cards' Jobs sections; and a notification when a job that
- * was seen pending or running ends.
+ * started and the page is visible (one request per cluster; a cluster whose
+ * request failed waits longer), for the cards' Jobs sections; and a
+ * notification when a job that was seen pending or running ends.
  */
 export class JobWatcher implements IDisposable {
   constructor(options: JobWatcher.IOptions) {
@@ -91,30 +92,36 @@ export class JobWatcher implements IDisposable {
   }
 
   get isRunning(): boolean {
-    return this._timer !== 0;
+    return this._timer !== null;
   }
 
   get isDisposed(): boolean {
     return this._disposed;
   }
 
-  /** Fetch now and then every period (idempotent). */
+  /** Fetch now and then every period, not while the page is hidden (idempotent). */
   start(): void {
-    if (this._disposed || this._timer !== 0) {
+    if (this._disposed || this._timer !== null) {
       return;
     }
     this._model.changed.connect(this._onModelChanged);
-    this._timer = window.setInterval(() => this._tick(false), this._period);
-    this._tick(false);
+    this._timer = new Poll({
+      name: 'raylab:jobs',
+      factory: () => Promise.resolve(this._tick(false)),
+      frequency: { interval: this._period, backoff: false },
+      standby: 'when-hidden',
+      auto: false
+    });
+    void this._timer.start();
   }
 
   /** Stop fetching; what is known stays until {@link start} refreshes it. */
   stop(): void {
-    if (this._timer === 0) {
+    if (this._timer === null) {
       return;
     }
-    window.clearInterval(this._timer);
-    this._timer = 0;
+    this._timer.dispose();
+    this._timer = null;
     this._generation++;
     this._inFlight.clear();
     this._model.changed.disconnect(this._onModelChanged);
@@ -283,7 +290,7 @@ export class JobWatcher implements IDisposable {
   private readonly _failing = new Set<string>();
   /** The jobs this Lab saw pending or running, by cluster key. */
   private readonly _active = new Map<string, Set<string>>();
-  private _timer = 0;
+  private _timer: Poll | null = null;
   private _generation = 0;
   private _disposed = false;
 }

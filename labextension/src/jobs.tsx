@@ -1,9 +1,8 @@
 import React from 'react';
 
-import type { Run } from './card';
 import { ICluster, IJob, JobStatus } from './clusterApi';
 import { useNow } from './clock';
-import { CommandIDs } from './commandIds';
+import { CommandIDs, Run } from './commandIds';
 import { JobWatcher } from './jobWatch';
 
 /** The card lists this many jobs, then "+N more". */

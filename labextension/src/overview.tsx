@@ -7,10 +7,10 @@ import {
 } from '@jupyterlab/ui-components';
 import React from 'react';
 
-import { IconButton, Run, useClusterActions } from './card';
+import { IconButton, useClusterActions } from './card';
 import { ICluster, IUsage, clusterKey, dashboardPath } from './clusterApi';
 import { useNow } from './clock';
-import { CommandIDs } from './commandIds';
+import { CommandIDs, Run } from './commandIds';
 import {
   canSuspend,
   gpuHoursText,

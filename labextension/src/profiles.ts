@@ -1,6 +1,7 @@
 import { ServerConnection } from '@jupyterlab/services';
 
 import { requestAPI } from './api';
+import { IRequestField } from './requestFields';
 
 /**
  * One GPU type the admin configured (`raylab/profiles.py`, `GpuProfile.to_json`).
@@ -73,6 +74,11 @@ export interface IProfilesReply {
   queues?: Record<string, string>;
   /** Kueue priority classes a user may ask for (the first is the default). */
   priority_classes?: string[];
+  /**
+   * The request's fields as the server declares them (the New-cluster
+   * dialog's inputs); absent from servers older than the declarations.
+   */
+  fields?: IRequestField[];
 }
 
 /**

@@ -11,10 +11,10 @@ import {
 } from '@jupyterlab/ui-components';
 import React from 'react';
 
-import { ClusterCard, Run } from './card';
+import { ClusterCard } from './card';
 import { IUsage, clusterKey } from './clusterApi';
 import { useNow } from './clock';
-import { CommandIDs } from './commandIds';
+import { CommandIDs, Run } from './commandIds';
 import { rayClusterIcon } from './icons';
 import { JobWatcher } from './jobWatch';
 import { ClusterListModel, IClusterListState } from './model';

@@ -12,7 +12,7 @@ from ..culler.options import add_culler_arguments
 from ..errors import SpecError
 from ..export.verb import HELP as EXPORT_HELP
 from ..export.verb import add_export_arguments
-from ..spec import parse_since
+from ..spec import REQUEST_FIELDS, parse_since
 from .environment import add_environment_arguments
 
 VERBS = {
@@ -89,22 +89,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         return p
 
     up = verb("up")
-    up.add_argument("--name", help="DNS label, at most 40 characters (default: generated)")
-    up.add_argument("--gpus", help="GPUs in the whole cluster, split evenly across workers")
-    up.add_argument("--gpu-type", dest="gpu_type", help="a configured GPU type, e.g. a100")
-    up.add_argument("--workers", help="worker nodes (default from the profile)")
-    up.add_argument("--cpus", help="CPUs per worker, e.g. 16 or 500m")
-    up.add_argument("--memory", help="memory per worker, e.g. 64Gi")
-    up.add_argument("--image", help="Ray image (KubeRay)")
-    up.add_argument("--min-workers", dest="min_workers", help="autoscaling lower bound")
-    up.add_argument("--max-workers", dest="max_workers", help="autoscaling upper bound")
-    up.add_argument(
-        "--idle-suspend", dest="idle_suspend_minutes", metavar="DURATION",
-        help="suspend after this long idle, e.g. 30m (at most your admin's limit)",
-    )  # fmt: skip
-    up.add_argument(
-        "--priority", help="a Kueue priority class your admin allows (clusters that queue)"
-    )
+    # The request's fields, as `spec.ClusterSpec` declares them.
+    for name, declared in REQUEST_FIELDS.items():
+        if declared.flag is not None:
+            up.add_argument(declared.flag, dest=name, metavar=declared.metavar, help=declared.help)
     up.add_argument("--no-connect", dest="connect", action="store_false")
     up.add_argument(
         "--no-wait", dest="wait", action="store_false",
@@ -139,6 +127,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     pip.add_argument("action", choices=("install",), metavar="install")
     pip.add_argument("packages", nargs=argparse.REMAINDER, metavar="PKG", help="as for pip")
     return parser
+
+
+def request_from(args: argparse.Namespace) -> dict[str, Any]:
+    """The request fields that `up` was given (its options named for them)."""
+    return {
+        name: getattr(args, name) for name, declared in REQUEST_FIELDS.items()
+        if declared.flag is not None and getattr(args, name) is not None
+    }  # fmt: skip
 
 
 def add_job_arguments(job: argparse.ArgumentParser, jobs: argparse.ArgumentParser) -> None:

@@ -25,7 +25,7 @@ from ..service import ClusterService
 from ..sync.options import EnvOptions
 from .environment import ClusterEnvironments, options_from
 from .output import Output
-from .parser import CommandError, build_parser, subparser, unknown_argument
+from .parser import CommandError, build_parser, request_from, subparser, unknown_argument
 
 if TYPE_CHECKING:
     from ..sync.runtime_env import Prepared
@@ -97,9 +97,7 @@ class Commands:
     # --- verbs --------------------------------------------------------------------
 
     def do_up(self, args: argparse.Namespace) -> ClusterInfo:
-        fields = ("name", "gpus", "gpu_type", "workers", "cpus", "memory", "image",
-                  "min_workers", "max_workers", "idle_suspend_minutes", "priority")  # fmt: skip
-        request = {f: getattr(args, f) for f in fields if getattr(args, f) is not None}
+        request = request_from(args)
         service = self.service(args.backend)
         timeout = args.timeout or self.settings.profiles.defaults.timeout
         options = options_from(args)

@@ -22,7 +22,7 @@ from ..errors import NotFound, RaylabError, SpecError
 from ..identity import current_user, is_admin, may_see
 from ..model import ClusterInfo
 from ..service import ClusterService, quota_use
-from ..spec import shown_field, validate_name
+from ..spec import describe_fields, shown_field, validate_name
 from .cache import ClusterCache, cluster_json
 from .strict_json import parse_body
 
@@ -335,6 +335,8 @@ class ProfilesHandler(RaylabHandler):
             self.cache.backend.may_queue and s.queueing
         ) else {}  # fmt: skip
         body["priority_classes"] = list(s.options.priority_classes) if body["queues"] else []
+        # The request's fields as declared once (`spec.ClusterSpec`): the dialog's inputs.
+        body["fields"] = describe_fields()
         self.reply(body)
 
 

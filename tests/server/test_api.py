@@ -19,6 +19,7 @@ from raylab.backends.local.backend import LocalBackend
 from raylab.config import Settings
 from raylab.model import ClusterEnvironment, Phase
 from raylab.service import ClusterService
+from raylab.spec import FIELDS
 from raylab.sync.values import EnvValues
 from tests.server.conftest import as_user
 
@@ -288,6 +289,9 @@ async def test_profiles_list_the_export_feature_and_its_route_answers(jp_fetch: 
     code, err = await refused(jp_fetch, "capacity", params={"gpus": "nan"})
     assert (code, err["field"]) == (422, "gpus")
     assert profiles["namespace"] is None  # local: no namespaces, a name alone is the path
+    # The request's fields as declared once, for the New-cluster dialog's inputs.
+    assert [f["name"] for f in profiles["fields"]] == list(FIELDS)
+    assert profiles["fields"][0]["label"] == "Name"
     # What the frontend's "Export to pipeline" button relies on: the route is served (a
     # 422 naming the missing field, not the catch-all's 404).
     code, err = await refused(jp_fetch, "export", method="POST", body="{}")
