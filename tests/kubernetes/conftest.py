@@ -24,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "harness"))
 
 from controlplane import ControlPlane, ensure_built
 
+from tests.ci import cannot_run
+
 from .kuberay_support import new_namespace
 
 HERE = Path(__file__).resolve().parent
@@ -102,5 +104,5 @@ def namespace(admin_api: k8s_client.ApiClient) -> Iterator[str]:
 def process_nodes(control_plane: ControlPlane) -> list[str]:
     """The nodes whose pods really run (harness/processnodes.py)."""
     if control_plane.process_nodes_unavailable is not None:
-        pytest.skip(f"no process nodes here: {control_plane.process_nodes_unavailable}")
+        cannot_run(f"no process nodes here: {control_plane.process_nodes_unavailable}")
     return control_plane.process_nodes

@@ -41,6 +41,8 @@ from controlplane import GPU_RESOURCE, ControlPlane, call_json, wait_until
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
+from tests.ci import cannot_run
+
 from .kuberay_support import GPU_TOLERATION
 from .kuberay_support import kwok_raycluster as plain_raycluster
 
@@ -63,7 +65,7 @@ PRIORITY_CLASSES = {"low": 100, "high": 1000}
 def kueue(control_plane: ControlPlane) -> Iterator[ControlPlane]:
     """Kueue running for this module (a few seconds to start), stopped after it."""
     if control_plane.process_nodes_unavailable is not None:
-        pytest.skip(f"Kueue runs on a process node: {control_plane.process_nodes_unavailable}")
+        cannot_run(f"Kueue runs on a process node: {control_plane.process_nodes_unavailable}")
     control_plane.start_kueue()
     try:
         yield control_plane

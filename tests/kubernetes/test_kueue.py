@@ -44,11 +44,14 @@ from .kuberay_support import (
     user_kubeconfig,
 )
 from .kueue_support import (  # noqa: F401  (kueue: a fixture)
+    CLUSTER_QUEUE,
     KUEUE,
     apply_documented,
     bind_queue_viewer,
+    condition,
     delete_documented,
     kueue,
+    workload_for,
 )
 from .server_process import NO_QUOTAS, raylab_server
 
@@ -157,6 +160,27 @@ def until(
     except TimeoutError:
         shown = f"{last[0].phase} — {last[0].reason} ({last[0].queue})" if last else "nothing"
         raise AssertionError(f"{name} never {what}; last seen: {shown}") from None
+
+
+def observed(what: str, read: Any, settled: Any, timeout: float = 60) -> None:
+    """Wait until `settled(read())`: a controller's status showing it has acted."""
+    last: list[Any] = []
+
+    def probe() -> bool:
+        last[:] = [read()]
+        return bool(last[0] is not None and settled(last[0]))
+
+    try:
+        wait_until(what, probe, timeout=timeout, interval=0.3)
+    except TimeoutError:
+        shown = (last[0].get("status") if isinstance(last[0], dict) else last[0]) if last else None
+        raise AssertionError(f"never saw {what}; last status: {shown}") from None
+
+
+def reconciled(obj: dict[str, Any]) -> bool:
+    """The controller's status is of the object's current generation."""
+    status = obj.get("status") or {}
+    return bool(status.get("observedGeneration") == obj["metadata"]["generation"])
 
 
 def delete_left(*made: tuple[str, ClusterService]) -> None:
@@ -292,7 +316,13 @@ def test_a_queue_of_three_users_with_preemption_suspend_and_a_kubectl_cluster(
         )
 
     wait_until("a pending Workload for the kubectl cluster", workload_pending, timeout=30)
-    time.sleep(2)
+    # The operator has had its turn: its status of this generation says it holds the
+    # cluster suspended, which it decides where it would otherwise create the pods.
+    observed(
+        "the KubeRay operator holding byhand suspended",
+        lambda: call_json(custom.get_namespaced_custom_object, *RAY, ns, "rayclusters", "byhand"),
+        lambda obj: reconciled(obj) and condition(obj, "RayClusterSuspended") == "True",
+    )
     pods = call_json(k8s_client.CoreV1Api(admin_api).list_namespaced_pod, ns,
                      label_selector="ray.io/cluster=byhand")["items"]  # fmt: skip
     assert pods == []
@@ -326,7 +356,9 @@ def test_up_waits_through_the_queue_and_gives_up_saying_where_it_stands(team: Te
     bob.delete("late")
 
 
-def test_the_culler_suspends_a_running_queued_cluster_through_kueue(team: Team) -> None:
+def test_the_culler_suspends_a_running_queued_cluster_through_kueue(
+    team: Team, admin_api: k8s_client.ApiClient
+) -> None:
     """The culler's suspension (the one conditional patch every culler makes) of a
     cluster Kueue admitted: Kueue frees its GPUs for the next in line instead of
     starting it again, and it stays suspended until its owner resumes it."""
@@ -345,7 +377,28 @@ def test_the_culler_suspends_a_running_queued_cluster_through_kueue(team: Team) 
         until(alice, "idle16", lambda i: i.phase == Phase.SUSPENDED and i.reason.startswith(out),
               "suspended by the culler")  # fmt: skip
         until(bob, "next8", lambda i: i.phase == Phase.READY, "Ready on the freed GPUs", 90)
-        time.sleep(3)  # Kueue does not take it back: it stays suspended
+        # Kueue has had its turn: it evicted the deactivated Workload, gave its quota to
+        # next8, and its queue holds nothing pending, idle16 included.
+        custom = k8s_client.CustomObjectsApi(admin_api)
+        observed(
+            "Kueue's eviction of idle16's deactivated Workload",
+            lambda: workload_for(admin_api, team.namespaces["alice"], "idle16"),
+            lambda wl: (
+                wl["spec"].get("active") is False
+                and condition(wl, "Evicted") == "True"
+                and condition(wl, "QuotaReserved") == "False"
+            ),
+        )
+        observed(
+            "Kueue's queue running next8 alone, nothing pending",
+            lambda: call_json(
+                custom.get_cluster_custom_object, *KUEUE, "clusterqueues", CLUSTER_QUEUE
+            ),
+            lambda cq: (
+                (cq.get("status") or {}).get("admittedWorkloads") == 1
+                and (cq.get("status") or {}).get("pendingWorkloads") == 0
+            ),
+        )
         kept = alice.get("idle16")
         assert kept.phase == Phase.SUSPENDED
         assert kept.idle.suspended_at == done.suspended_at  # the culler's reason is kept

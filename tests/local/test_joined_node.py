@@ -47,6 +47,21 @@ while True:
     except KeyboardInterrupt:  # as an interrupted cell: the kernel goes on
         print("interrupted", flush=True)
 """
+# The interrupt test's kernel also runs a process in its own group that does not catch
+# SIGINT, as a cell's subprocess would: once the kernel has seen it end, the interrupt has
+# reached every process of the kernel's group and ended what it ends.
+INTERRUPTED_KERNEL = """\
+import subprocess, sys, time
+from raylab.kernel import joined_node
+node = joined_node.join(sys.argv[1])
+canary = subprocess.Popen(["sleep", "600"])
+print(node.ports[0], flush=True)
+while True:
+    try:
+        time.sleep(600)
+    except KeyboardInterrupt:
+        print("interrupted", canary.wait(), flush=True)
+"""
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +109,13 @@ def raylets_on(port: int) -> list[psutil.Process]:
     return found
 
 
+def process_group(proc: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(proc.pid)
+    except ProcessLookupError:  # ended meanwhile
+        return None
+
+
 def gone(gcs: str, port: int, timeout: float = 30.0) -> bool:
     """No raylet of the node runs here, and Ray no longer counts it alive."""
     deadline = time.monotonic() + timeout
@@ -131,8 +153,8 @@ def test_the_node_leaves_when_its_kernel_is_killed(gcs: str) -> None:
 def test_an_interrupt_leaves_the_node_which_runs_in_its_kernels_session(gcs: str) -> None:
     # Jupyter starts a kernel in a session of its own and interrupts it with SIGINT to
     # its process group.
-    kernel = subprocess.Popen([sys.executable, "-c", KERNEL, gcs], stdout=subprocess.PIPE,
-                              text=True, start_new_session=True)  # fmt: skip
+    argv = [sys.executable, "-c", INTERRUPTED_KERNEL, gcs]
+    kernel = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert kernel.stdout is not None
         port = int(kernel.stdout.readline())
@@ -141,16 +163,22 @@ def test_an_interrupt_leaves_the_node_which_runs_in_its_kernels_session(gcs: str
         # its own the node answered each zero-copy get ~30 % slower.
         assert os.getsid(raylet.pid) == os.getsid(kernel.pid) == kernel.pid
         os.killpg(kernel.pid, signal.SIGINT)
-        assert kernel.stdout.readline().strip() == "interrupted"
-        time.sleep(1)  # what a SIGINT would have ended is ended by now
+        # The kernel caught it, and saw it end the process of its group that does not.
+        assert kernel.stdout.readline().split() == ["interrupted", str(-signal.SIGINT)]
         assert raylet.is_running()
         assert raylets_on(port) == [raylet]
+        # None of the node was in the group it reached: nothing of it got the signal.
+        node = psutil.Process(kernel.pid).children(recursive=True)
+        assert raylet in node
+        assert [p.pid for p in node if process_group(p) == kernel.pid] == []
         assert any(n["alive"] and n["port"] == port for n in nodes(gcs))
         kernel.terminate()
         kernel.wait(10)
         assert gone(gcs, port)
     finally:
-        kernel.kill()
+        if kernel.poll() is None:  # its group is still there: the kernel and its canary
+            os.killpg(kernel.pid, signal.SIGKILL)
+        kernel.wait(10)
 
 
 def test_a_second_kernel_of_the_pod_takes_the_next_ports(gcs: str) -> None:

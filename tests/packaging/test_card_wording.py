@@ -22,6 +22,7 @@ import pytest
 from raylab.display import render, widgets
 from raylab.model import ClusterEnvironment, ClusterInfo, Endpoints, IdleState, Phase, QueueInfo
 from raylab.spec import ClusterSpec
+from tests.ci import cannot_run
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -97,9 +98,11 @@ def test_the_fixture_covers_every_row() -> None:
                     "Owner", "Queue", "Ray", "Environment", "Connection", "Idle"}  # fmt: skip
 
 
-@pytest.mark.skipif(not RENDER_JS.is_file(), reason="labextension not built (npm run build:lib)")
-@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed")
 def test_the_sidebar_makes_the_same_rows() -> None:
+    if shutil.which("node") is None:
+        cannot_run("Node.js is not installed")
+    if not RENDER_JS.is_file():
+        cannot_run("labextension not built (npm run build:lib)")
     done = subprocess.run(
         ["node", "--test", str(HERE / "card_rows.test.mjs")],
         capture_output=True, text=True, timeout=120, env={**os.environ, "TZ": "UTC"},

@@ -27,9 +27,9 @@ from raylab.culler.sweep import Culler
 from raylab.identity import owner_label
 from raylab.model import ClusterInfo, Phase
 from raylab.service import ClusterService
+from tests.ledgers import HOUR, interval, ledgers_put_back, write_ledger
 from tests.server.conftest import as_user
 
-HOUR = 3600.0
 T0 = time.time() - 3 * HOUR  # well inside the usage endpoint's default 7 days
 ALICE, BOB = "gpu-alice", "bob1"  # bob's is swept first (by name), his ledger read first
 
@@ -54,20 +54,6 @@ def clusters() -> Iterator[dict[str, ClusterInfo]]:
         for name, svc in made.items():
             if svc.backend.get(name) is not None:
                 svc.delete(name)
-
-
-def interval(info: ClusterInfo | str, owner: str, gpus: int, start: float, end: float) -> Any:
-    uid, name = (info.uid, info.name) if isinstance(info, ClusterInfo) else (info, "gone")
-    return {"uid": uid, "cluster": name, "owner": owner, "gpu_type": "a100", "gpus": gpus,
-            "start": start, "end": end}  # fmt: skip
-
-
-def write_ledger(state_dir: Path, user: str, intervals: list[Any]) -> Path:
-    """What a user can do to their own ledger: write anything in it."""
-    path = state_dir / "usage" / f"{owner_label(user)}.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(i) + "\n" for i in intervals))
-    return path
 
 
 async def hours(jp_fetch: Any, user: str, everyone: bool = False) -> dict[str, float]:
@@ -137,14 +123,5 @@ def _warnings(caplog: Any) -> None:
 
 @pytest.fixture(scope="module", autouse=True)
 def _ledgers_put_back() -> Iterator[None]:
-    """The state folder is the whole session's: the ledgers these tests write for alice
-    and bob would bill them in later tests (a server's usage of "bob" must start empty)."""
-    folder = Settings.from_config().local_state_dir() / "usage"
-    paths = [folder / f"{owner_label(user)}.jsonl" for user in ("alice", "bob")]
-    before = {path: path.read_bytes() for path in paths if path.exists()}
-    yield
-    for path in paths:
-        if path in before:
-            path.write_bytes(before[path])
-        else:
-            path.unlink(missing_ok=True)
+    with ledgers_put_back(Settings.from_config().local_state_dir(), ("alice", "bob")):
+        yield
