@@ -30,7 +30,7 @@ _SUPERVISOR_LINE = "Running entrypoint for job "
 
 def cell_parser(prog: str) -> argparse.ArgumentParser:
     parser = Parser(prog=f"%{prog} job", allow_abbrev=False,
-                     description="Run this cell as a Ray Job on the cluster.")  # fmt: skip
+                    description="Run this cell as a Ray Job on the cluster.")  # fmt: skip
     parser.add_argument("name", metavar="NAME", nargs="?", help="default: cellN-xxxx")
     parser.add_argument("--cluster", help="default: the connected cluster")
     parser.add_argument("--gpus", help="GPUs for the job's own driver (default 0)")
