@@ -155,6 +155,18 @@ class Raylab(Configurable):
         help="A cluster whose activity cannot be read is never suspended. Its idle clock "
         "survives a gap this long; after a longer one it starts again.",
     ).tag(config=True)
+    gpu_busy_percent = Float(
+        5.0,
+        help="A GPU at or above this utilization (percent) is busy: work that keeps its "
+        "cluster from idle suspension, and a used GPU in the overview and GPU-hours.",
+    ).tag(config=True)
+    connected_kernel_is_work = List(
+        Unicode(),
+        [],
+        help="GPU types (or '*') for which a connected notebook kernel counts as work even "
+        "while it runs nothing: raylab's rule before GPU use was read. Left empty, only "
+        "cells, tasks, jobs and busy GPUs keep a cluster in use.",
+    ).tag(config=True)
     culler_dashboard_url = Unicode(
         "",
         help="Where cullers reach each cluster's dashboard, with {name} and {namespace}, "

@@ -15,6 +15,7 @@ from .display import render
 from .display.widgets import StatusCard, card_text, in_notebook, progress_view
 from .errors import RaylabError
 from .jobs.value import JobValue
+from .kernel.cell_stamps import CellStamps
 from .model import ClusterInfo
 from .sync.pip import synced_install
 
@@ -77,6 +78,10 @@ class RayclusterMagics(Magics):
         shell.events.register("pre_run_cell", self._lost_head)
         shell.events.register("post_run_cell", self._lost_head)
         shell.events.register("post_run_cell", self._after_cell)
+        # A running cell is work: the cullers do not suspend its cluster meanwhile.
+        self.cell_stamps = CellStamps(self.commands.mark_cell)
+        shell.events.register("pre_run_cell", self.cell_stamps.pre_run_cell)
+        shell.events.register("post_run_cell", self.cell_stamps.post_run_cell)
 
     @line_cell_magic
     def raycluster(self, line: str, cell: str | None = None) -> Any:
@@ -116,7 +121,7 @@ class RayclusterMagics(Magics):
 
         lost = report_lost()
         if lost is not None:
-            print(lost.message(), file=sys.stderr)
+            print(self.commands.lost_line(lost), file=sys.stderr)
 
     def _after_cell(self, result: Any) -> None:
         """With c.Raylab.sync_pip: a plain `%pip install` also reaches the cluster."""

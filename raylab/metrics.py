@@ -28,6 +28,12 @@ GPU_SECONDS = Counter(
     "GPU-seconds used: GPUs requested times seconds running, as this process metered them.",
     ["user", "gpu_type"],
 )
+USED_GPU_SECONDS = Counter(
+    "raylab_used_gpu_seconds",
+    "GPU-seconds busy: the GPUs' utilization as Ray's reporter read it, integrated over "
+    "time, as this process metered it (beside raylab_gpu_seconds, which counts held GPUs).",
+    ["user", "gpu_type"],
+)
 IDLE_SUSPENSIONS = Counter(
     "raylab_idle_suspensions", "Clusters suspended for being idle.", ["gpu_type"]
 )
@@ -143,6 +149,32 @@ class _ClusterGauges(Collector):
         yield idle
         yield idle_seconds
         yield unknown
+        yield from _gpu_use_gauges(clusters)
+
+
+def _gpu_use_gauges(clusters: list[ClusterInfo]) -> Iterator[Metric]:
+    """GPU use as last read (clusters whose use was not measured are left out, never 0)."""
+    utilization = GaugeMetricFamily(
+        "raylab_gpu_utilization_percent",
+        "Mean utilization of each running cluster's GPUs, as Ray's reporter read it.",
+        labels=["cluster", "user", "gpu_type"],
+    )
+    busy = GaugeMetricFamily(
+        "raylab_gpus_busy",
+        "GPUs at or above the busy threshold (c.Raylab.gpu_busy_percent), by owner.",
+        labels=["user", "gpu_type"],
+    )
+    busy_count: Tally[tuple[str, str]] = Tally()
+    for c in clusters:
+        use = c.gpu_use
+        if use is None or not use.measured or c.phase in (Phase.SUSPENDED, Phase.DELETING):
+            continue
+        utilization.add_metric([c.name, c.owner, c.spec.gpu_type], use.utilization)
+        busy_count[(c.owner, c.spec.gpu_type)] += use.busy
+    for (user, gpu_type), count in sorted(busy_count.items()):
+        busy.add_metric([user, gpu_type], count)
+    yield utilization
+    yield busy
 
 
 REGISTRY.register(_ClusterGauges())

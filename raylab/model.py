@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from .spec import ClusterSpec
 
@@ -70,6 +71,18 @@ class ClusterEnvironment:
             return cls.from_json(json.loads(text))
         except ValueError:
             return None
+
+
+def finite_time(value: object) -> float | None:
+    """An epoch time from stored JSON or an annotation; None for anything else."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value) if value > 0 else None
+    return None
 
 
 def _optional_str(value: object) -> str | None:
@@ -285,6 +298,12 @@ class ClusterInfo:
     max_gpus: int | None = None
     # Its place in a Kueue queue (KubeRay with a local_queue); None: not queued by Kueue.
     queue: QueueInfo | None = None
+    # When a cell last ran in a kernel connected to it (epoch s; the kernel stamps it at
+    # most once a minute while cells run): a running cell is work (culler/activity.py).
+    cell_at: float | None = None
+    # Its GPUs' use as last read (None: not read here). Never stored on the cluster:
+    # whoever reads it (a culler, the server, a kernel's card) holds it.
+    gpu_use: GpuUse | None = None
 
     @property
     def quota_gpus(self) -> int:
@@ -304,6 +323,7 @@ class ClusterInfo:
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
+        out["gpu_use"] = self.gpu_use.to_json() if self.gpu_use is not None else None
         out["phase"] = str(self.phase)
         out["gpus"] = self.gpus
         out["gpu_type"] = self.spec.gpu_type
@@ -320,6 +340,32 @@ def format_age(seconds: float) -> str:
     if s < 2 * 86400:
         return f"{s // 3600}h"
     return f"{s // 86400}d"
+
+
+def clock_text(epoch: float, now: float | None = None) -> str:
+    """14:05 today, else Dec 01 14:05 (local time)."""
+    when, today = time.localtime(epoch), time.localtime(now or time.time())
+    same_day = when[:3] == today[:3]
+    return time.strftime("%H:%M" if same_day else "%b %d %H:%M", when)
+
+
+def duration_text(seconds: float) -> str:
+    """How long, as the idle wording says it: 42 s, 50 min, 3 h 5 min."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3 * 3600:
+        return f"{s // 60} min"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+def suspension_reason(idle: IdleState, now: float | None = None) -> str:
+    """'suspended after 60 min idle at 14:05' for a cluster the culler suspended ('' for
+    one its owner suspended): what a suspended cluster's reason says in every door."""
+    if idle.suspended_at is None:
+        return ""
+    after = duration_text(idle.suspended_at - (idle.since or idle.suspended_at))
+    return f"suspended after {after} idle at {clock_text(idle.suspended_at, now)}"
 
 
 def format_size(size: int) -> str:
@@ -343,27 +389,123 @@ class UsageRow:
     owner: str
     gpu_type: str
     clusters: int
-    gpu_hours: float
+    gpu_hours: float  # held: GPUs requested times hours running (what is billed)
+    used_gpu_hours: float = 0.0  # busy: utilization integrated over time
+    measured_gpu_hours: float = 0.0  # of the held hours, those whose use was read
+
+    @property
+    def used_share(self) -> float | None:
+        """Used over held, where use was read (None: never measured)."""
+        if self.measured_gpu_hours <= 0:
+            return None
+        return min(1.0, self.used_gpu_hours / self.measured_gpu_hours)
 
 
 @dataclass(frozen=True)
 class Usage:
-    """GPU-hours within [since, until]: per user and GPU type, and per cluster uid."""
+    """GPU-hours within [since, until]: per user and GPU type, and per cluster uid
+    (`clusters` held; `clusters_used`, `clusters_measured` where use was read)."""
 
     since: float
     until: float
     users: list[UsageRow]
     clusters: dict[str, float]
+    clusters_used: dict[str, float] = field(default_factory=dict)
+    clusters_measured: dict[str, float] = field(default_factory=dict)
 
     @property
     def gpu_hours(self) -> float:
         return sum(r.gpu_hours for r in self.users)
 
+    @property
+    def used_gpu_hours(self) -> float:
+        return sum(r.used_gpu_hours for r in self.users)
+
+    @property
+    def measured_gpu_hours(self) -> float:
+        return sum(r.measured_gpu_hours for r in self.users)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "since": self.since,
             "until": self.until,
-            "users": [asdict(r) for r in self.users],
+            "users": [{**asdict(r), "used_share": r.used_share} for r in self.users],
             "clusters": self.clusters,
+            "clusters_used": self.clusters_used,
+            "clusters_measured": self.clusters_measured,
             "gpu_hours": self.gpu_hours,
+            "used_gpu_hours": self.used_gpu_hours,
+            "measured_gpu_hours": self.measured_gpu_hours,
+        }
+
+
+GpuUseState = Literal["measured", "not_measured", "unknown"]
+BUSY_PERCENT = 5.0  # c.Raylab.gpu_busy_percent's default: a GPU at or above it is busy
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """One GPU as Ray's reporter agent read it through NVML (its dashboard serves it)."""
+
+    node: str  # the node's IP, as the dashboard names it
+    index: int
+    name: str
+    utilization: float  # percent, 0 to 100
+    memory_used_mib: float
+    memory_total_mib: float
+
+
+@dataclass(frozen=True)
+class GpuUse:
+    """How a cluster's GPUs are used, read at `at` (culler/gpu_use.py).
+
+    `measured`: the nodes reported GPU figures. `not_measured`: the dashboard answered but
+    no node reports a GPU (logical GPUs, no NVML): no evidence either way. `unknown`: the
+    dashboard could not be read, or answered figures that cannot be true. `why` says
+    which, for the two that are not measured. Held GPUs never stand in for used ones.
+    """
+
+    state: GpuUseState
+    at: float
+    why: str = ""
+    gpus: tuple[GpuReading, ...] = ()
+    threshold: float = BUSY_PERCENT  # percent at or above which a GPU counts as busy
+    # (epoch seconds, mean utilization %) of the last hour's measured readings, oldest first.
+    history: tuple[tuple[float, float], ...] = ()
+
+    @property
+    def measured(self) -> bool:
+        return self.state == "measured" and bool(self.gpus)
+
+    @property
+    def busy(self) -> int:
+        return sum(1 for g in self.gpus if g.utilization >= self.threshold)
+
+    @property
+    def utilization(self) -> float:
+        """Mean utilization of its GPUs, in percent (0 with none: check `measured`)."""
+        return sum(g.utilization for g in self.gpus) / len(self.gpus) if self.gpus else 0.0
+
+    @property
+    def busy_gpus(self) -> float:
+        """GPUs' worth of work now: the sum of utilizations as fractions (2 GPUs at 50 %
+        are 1.0). Integrated over time, it is the ledger's used GPU-seconds."""
+        return sum(min(100.0, g.utilization) for g in self.gpus) / 100.0
+
+    def with_history(self, history: tuple[tuple[float, float], ...]) -> GpuUse:
+        return replace(self, history=history)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "at": self.at,
+            "why": self.why,
+            "threshold": self.threshold,
+            "gpus": [asdict(g) for g in self.gpus],
+            "count": len(self.gpus),
+            "busy": self.busy,
+            "utilization": round(self.utilization, 1),
+            "memory_used_mib": sum(g.memory_used_mib for g in self.gpus),
+            "memory_total_mib": sum(g.memory_total_mib for g in self.gpus),
+            "history": [[round(t, 3), round(u, 1)] for t, u in self.history],
         }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
 from .backends.base import Backend
@@ -105,6 +105,25 @@ class ClusterService:
 
     # --- reads --------------------------------------------------------------------
 
+    def with_gpu_use(self, clusters: Iterable[ClusterInfo]) -> list[ClusterInfo]:
+        """The clusters with their GPUs' use read now (running clusters with GPUs: one
+        dashboard request each, in parallel), for `status` and `list`."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from .culler.activity import ActivityReader
+
+        clusters = list(clusters)
+        todo = [c for c in clusters if c.quota_gpus and c.head_ready
+                and c.phase in (Phase.READY, Phase.DEGRADED)]  # fmt: skip
+        if not todo:
+            return clusters
+        options = self.settings.options
+        reader = ActivityReader(self.backend, 3.0, options.culler_dashboard_url)
+        with ThreadPoolExecutor(min(8, len(todo))) as pool:
+            read = pool.map(lambda c: reader.read_gpu_use(c, options.gpu_busy_percent), todo)
+            uses = dict(zip((c.uid or c.name for c in todo), read, strict=True))
+        return [replace(c, gpu_use=uses.get(c.uid or c.name, c.gpu_use)) for c in clusters]
+
     def list(self, *, everyone: bool = False) -> list[ClusterInfo]:
         if everyone and self.admin:
             return self.backend.clusters()
@@ -161,6 +180,8 @@ class ClusterService:
         return Usage(
             since, until, usage_rows(intervals, since, until),
             cluster_hours(intervals, since, until),
+            cluster_hours(intervals, since, until, "used"),
+            cluster_hours(intervals, since, until, "measured"),
         )  # fmt: skip
 
     def logs(self, name: str, tail: int = 200, *, namespace: str | None = None) -> str:

@@ -121,6 +121,11 @@ class Backend(Protocol):
         False when the cluster changed meanwhile (nothing written) or is gone."""
         ...
 
+    def mark_cell(self, name: str, at: float, *, namespace: str | None = None) -> None:
+        """Record that a kernel connected to the cluster ran a cell at `at` (epoch
+        seconds): `ClusterInfo.cell_at`, which the cullers count as work."""
+        ...
+
     def logs(self, name: str, tail: int = 200, *, namespace: str | None = None) -> str: ...
 
     def auth_token(self, name: str) -> str | None:

@@ -12,12 +12,13 @@ import shlex
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..backends import make_backend
 from ..config import Settings
 from ..display import render
-from ..errors import NotFound, SpecError
+from ..errors import NotFound, RaylabError, SpecError
 from ..identity import current_groups, current_user, is_admin
 from ..model import ClusterInfo, Phase
 from ..server.paths import dashboard_path
@@ -28,6 +29,8 @@ from .output import Output
 from .parser import CommandError, build_parser, request_from, subparser, unknown_argument
 
 if TYPE_CHECKING:
+    from ..backends.base import Backend
+    from ..kernel.driver_watch import Lost
     from ..sync.runtime_env import Prepared
 
 
@@ -55,6 +58,8 @@ class Commands:
         # The notebook's cells so far (IPython's In): what it imports, for drift warnings.
         self.cells = cells or (lambda: [])
         self._connected_backend: str | None = None
+        self._stamp_backend: tuple[str, Backend] | None = None  # mark_cell's
+        self._lost: tuple[str, str | None] | None = None  # the cluster lost, its backend
 
     def environments(self) -> ClusterEnvironments:
         return ClusterEnvironments(self.settings)
@@ -186,7 +191,7 @@ class Commands:
 
     def do_list(self, args: argparse.Namespace) -> list[ClusterInfo]:
         service = self.service(args.backend)
-        clusters = service.list(everyone=args.all)
+        clusters = service.with_gpu_use(service.list(everyone=args.all))
         if args.all and not service.admin:
             self.out.line("Only admins (admin_users, admin_groups) see every user's clusters; "
                           "these are yours.")  # fmt: skip
@@ -204,8 +209,8 @@ class Commands:
         if name is None:
             return self.do_list(argparse.Namespace(backend=args.backend, all=False))
         service = self.service(args.backend)
-        info = service.get(name)
-        self.out.card(info, lambda: service.get(name))
+        info = service.with_gpu_use([service.get(name)])[0]
+        self.out.card(info, _GpuUseEvery(lambda: service.get(name), service.with_gpu_use))
         hint = render.keep_running_hint(info, self.prog)
         if hint:
             self.out.line(f"{render.idle_text(info)}: {hint}.")
@@ -256,8 +261,32 @@ class Commands:
     def do_resume(self, args: argparse.Namespace) -> ClusterInfo:
         info = self.service(args.backend).set_suspended(args.name, False)
         self.out.line(f"Resuming {info.name}.")
+        lost, self._lost = self._lost, None
+        if lost is not None and lost[0] == info.name and self.may_connect:
+            # This kernel drove it when it was suspended: it drives it again.
+            backend = args.backend or lost[1]
+            self.run_line(f"connect {info.name}" + (f" --backend {backend}" if backend else ""))
+            return info
         self.out.card(info)
         return info
+
+    def lost_line(self, lost: Lost) -> str:
+        """The one line a kernel prints when the cluster it drove went away: why, and
+        what to type (for a suspension: `resume NAME`, which reconnects this kernel)."""
+        self._lost = (lost.cluster, self._connected_backend)
+        try:
+            info = self.service(self._connected_backend).get(lost.cluster)
+        except RaylabError:
+            return lost.message(self.prog)
+        if info.phase != Phase.SUSPENDED:
+            return lost.message(self.prog)
+        stopped = " and the cell waiting on it was stopped" if lost.interrupted else ""
+        why = info.reason if info.reason.startswith("suspended") else "suspended"
+        return (
+            f"Cluster {lost.cluster} was {why}, so this kernel is disconnected from it"
+            f"{stopped}. Your variables are kept; the cluster's objects and actors are gone. "
+            f"`{self.prog} resume {lost.cluster}` starts it again and reconnects this kernel."
+        )
 
     def do_capacity(self, args: argparse.Namespace) -> Any:
         request = {f: getattr(args, f) for f in ("gpus", "gpu_type") if getattr(args, f)}
@@ -461,6 +490,20 @@ class Commands:
         )
         self._connected_backend = backend
 
+    def mark_cell(self, at: float) -> bool:
+        """Stamp the cluster this kernel is connected to with a running cell (called
+        from a background thread; False when connected to none)."""
+        from ..kernel.connect import connected_cluster
+
+        name = connected_cluster()
+        if name is None:
+            return False
+        which = self._connected_backend or self.settings.backend
+        if self._stamp_backend is None or self._stamp_backend[0] != which:
+            self._stamp_backend = (which, make_backend(which, self.settings))  # made once
+        self._stamp_backend[1].mark_cell(name, at)
+        return True
+
     def _say_pip(self, prepared: Prepared) -> None:
         pip = prepared.runtime_env.get("pip")
         if pip:  # Ray Client answers only once the workers' environment is made
@@ -569,3 +612,28 @@ class _Connecting:
         timeout) rather than connect the kernel behind the error the user reads."""
         if self._thread is not None:
             self._thread.join(timeout=60)
+
+
+class _GpuUseEvery:
+    """A live card's reads: the cluster every time, its GPU use every `every_s` (a card
+    left open must not query the dashboard every two seconds for half an hour)."""
+
+    def __init__(
+        self,
+        fetch: Callable[[], ClusterInfo],
+        read_use: Callable[[list[ClusterInfo]], list[ClusterInfo]],
+        every_s: float = 15.0,
+    ) -> None:
+        self.fetch, self.read_use, self.every_s = fetch, read_use, every_s
+        self._last: ClusterInfo | None = None
+        self._read_at = float("-inf")
+
+    def __call__(self) -> ClusterInfo:
+        info = self.fetch()
+        if time.monotonic() - self._read_at >= self.every_s:
+            self._read_at = time.monotonic()
+            info = self.read_use([info])[0]
+        elif self._last is not None and self._last.uid == info.uid:
+            info = replace(info, gpu_use=self._last.gpu_use)
+        self._last = info
+        return info

@@ -1,25 +1,32 @@
-"""Is anyone using a cluster? Read from the cluster's own dashboard, with its token.
+"""Is a cluster at work? Read from the cluster's own dashboard, with its token, and from the
+cell stamp its notebook kernel leaves on it.
 
-What Ray 2.60 reports, checked against a real cluster (tests/local/test_idle.py):
+A cluster is in use while work runs on it (checked against Ray 2.60, tests/local/test_idle.py):
 
-- `GET /api/component_activities` counts live *drivers*: a connected Ray Client kernel
-  (for ~30 s after it goes, Ray Client's reconnect grace) and any script that called
-  `ray.init`. It misses a submitted job whose entrypoint does not call `ray.init`, and a
-  detached actor whose creator has gone.
-- `GET /api/v0/actors?state=ALIVE` (the state API) lists every live actor: a running
-  job's supervisor (`_ray_internal_job_actor_*`), detached actors, Serve replicas.
+- a cell running in a kernel connected to it: the kernel stamps `cell_at` on the cluster
+  at most once a minute while cells run (kernel/cell_stamps.py); no request here;
+- a GPU at or above `c.Raylab.gpu_busy_percent`: `GET /nodes?view=summary` serves what
+  Ray's reporter agent reads through NVML (gpu_use.py), read anyway for the card;
+- a Ray task or actor method running: `GET /api/v0/tasks` filtered on RUNNING (an actor
+  method is a task of type ACTOR_TASK);
+- a Ray Job running: its supervisor actor is alive (its entrypoint need not call Ray, so
+  it shows as no task).
 
-Running tasks need no query of their own: Ray kills a driver's tasks when it exits, so a
-task runs only under a live driver or inside a live actor. No single endpoint covers
-both drivers and actors, so a busy cluster costs one request (drivers first: what a
-notebook user runs) and an idle one two. Both go through the token the dashboard proxy
-uses (`X-Ray-Authorization`), so a culler needs nothing a user's server lacks.
+A connected kernel that runs nothing is not work, nor are actors that hold GPUs and run
+nothing; `c.Raylab.connected_kernel_is_work` brings back the old rule (a connected driver,
+`GET /api/component_activities`) for the GPU types an admin names.
+
+The reads stop at the first sign of work, so a busy GPU cluster costs one request and an
+idle one three; a cluster without GPUs skips the summary. A dashboard that cannot be read
+makes the activity "unknown", which never suspends; one that answers without GPU figures
+leaves the other signals to decide.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -28,24 +35,44 @@ from typing import Any, Literal
 from ..auth import PROXY_HEADER, bearer
 from ..backends.base import Backend
 from ..errors import RaylabError
-from ..model import ClusterInfo
+from ..model import BUSY_PERCENT, ClusterInfo, GpuUse, clock_text
+from .gpu_use import SUMMARY, parse_summary
 
 State = Literal["active", "idle", "unknown"]
-DRIVERS = "/api/component_activities?timeout=5"
-ALIVE_ACTORS = (
-    "/api/v0/actors?filter_keys=state&filter_predicates=%3D&filter_values=ALIVE"
+RUNNING_TASKS = (
+    "/api/v0/tasks?filter_keys=state&filter_predicates=%3D&filter_values=RUNNING"
     "&limit=5&detail=false&timeout=5"
 )
+RUNNING_JOBS = (
+    "/api/v0/actors?filter_keys=class_name&filter_predicates=%3D&filter_values=JobSupervisor"
+    "&filter_keys=state&filter_predicates=%3D&filter_values=ALIVE&limit=5&detail=false&timeout=5"
+)
+DRIVERS = "/api/component_activities?timeout=5"
+# A kernel stamps at most this often while a cell runs (kernel/cell_stamps.py).
+CELL_STAMP_S = 60.0
+# Past this, a stamp from the future is not believed (a clock skew is smaller).
+FUTURE_SLACK_S = 120.0
+JOB_PREFIX = "_ray_internal_job_actor_"
 
 
 @dataclass(frozen=True)
 class Activity:
     state: State
     why: str = ""  # what made it active, or why it cannot be read
+    gpu_use: GpuUse | None = None  # its GPUs as read on the way (None: not read)
 
     @property
     def active(self) -> bool:
         return self.state == "active"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What counts as work for one cluster (config: the admin's, per GPU type)."""
+
+    busy_percent: float = BUSY_PERCENT
+    kernel_is_work: bool = False  # the old rule: a connected driver is work
+    cell_window_s: float = CELL_STAMP_S + 60.0  # a stamp this recent: a cell runs
 
 
 class ActivityReader:
@@ -60,38 +87,72 @@ class ActivityReader:
         self._lock = threading.Lock()
         self.requests = 0  # dashboard requests made, for the benchmark and the metrics
 
-    def read(self, info: ClusterInfo) -> Activity:
+    def read(self, info: ClusterInfo, rule: Rule = Rule(), now: float | None = None) -> Activity:
         from .. import metrics
 
+        now = time.time() if now is None else now
         try:
             address = self._address(info)
             token = self._token(info)
         except RaylabError as exc:
-            return Activity("unknown", f"cannot reach the dashboard: {exc.message}")
+            return self._unknown(info, now, f"cannot reach the dashboard: {exc.message}")
         if not address:
-            return Activity("unknown", "the cluster has no dashboard address")
+            return self._unknown(info, now, "the cluster has no dashboard address")
         try:
-            drivers = self._get(address, DRIVERS, token)
-            active = (drivers.get("driver") or {}).get("is_active")
-            if active == "ACTIVE":
-                metrics.DASHBOARD_REQUESTS.labels("ok").inc()
-                return Activity("active", "a driver is connected (a notebook kernel or job)")
-            actors = self._get(address, ALIVE_ACTORS, token)
+            activity = self._read(info, rule, now, address, token)
         except _Unreadable as exc:
             metrics.DASHBOARD_REQUESTS.labels("error").inc()
             if exc.refused:
                 self.forget(info)  # a new token (after a resume): read it again next time
-            return Activity("unknown", str(exc))
+            return self._unknown(info, now, str(exc))
         metrics.DASHBOARD_REQUESTS.labels("ok").inc()
-        result = (actors.get("data") or {}).get("result") or {}
-        # `total` counts dead actors too; the filtered list is what is alive.
-        alive = result.get("result") or []
-        if alive:
-            names = ", ".join(str(a.get("name") or a.get("class_name") or "?") for a in alive)
-            return Activity("active", f"live actors: {names}")
-        if active != "INACTIVE":
-            return Activity("unknown", f"the dashboard reported driver activity {active!r}")
-        return Activity("idle")
+        return activity
+
+    def read_gpu_use(self, info: ClusterInfo, busy_percent: float = BUSY_PERCENT) -> GpuUse:
+        """Only the GPUs (a card being opened): one dashboard request."""
+        now = time.time()
+        try:
+            address = self._address(info)
+            token = self._token(info)
+            if not address:
+                return GpuUse("unknown", now, "the cluster has no dashboard address")
+            return parse_summary(self._get(address, SUMMARY, token), now, busy_percent)
+        except RaylabError as exc:
+            return GpuUse("unknown", now, f"cannot reach the dashboard: {exc.message}")
+        except _Unreadable as exc:
+            return GpuUse("unknown", now, str(exc))
+
+    def _read(
+        self, info: ClusterInfo, rule: Rule, now: float, address: str, token: str | None
+    ) -> Activity:
+        use = None
+        if info.quota_gpus > 0:
+            use = parse_summary(self._get(address, SUMMARY, token), now, rule.busy_percent)
+        cell = info.cell_at
+        if cell is not None and now - rule.cell_window_s <= cell <= now + FUTURE_SLACK_S:
+            return Activity("active", f"a notebook cell ran at {clock_text(cell, now)}", use)
+        if use is not None and use.measured and use.busy:
+            top = max(use.gpus, key=lambda g: g.utilization)
+            why = f"GPU {top.index} of {top.node} at {top.utilization:.0f}%"
+            return Activity("active", why, use)
+        tasks = _results(self._get(address, RUNNING_TASKS, token))
+        if tasks:
+            names = ", ".join(sorted({str(t.get("name") or "?") for t in tasks}))
+            return Activity("active", f"running: {names}", use)
+        jobs = _results(self._get(address, RUNNING_JOBS, token))
+        if jobs:
+            ids = ", ".join(str(a.get("name") or "?").removeprefix(JOB_PREFIX) for a in jobs)
+            return Activity("active", f"a Ray Job is running ({ids})", use)
+        if rule.kernel_is_work:
+            drivers = self._get(address, DRIVERS, token)
+            active = (drivers.get("driver") or {}).get("is_active")
+            if active == "ACTIVE":
+                return Activity("active", "a driver is connected (a notebook kernel or job)", use)
+        return Activity("idle", "", use)
+
+    def _unknown(self, info: ClusterInfo, now: float, why: str) -> Activity:
+        use = GpuUse("unknown", now, why) if info.quota_gpus > 0 else None
+        return Activity("unknown", why, use)
 
     def _address(self, info: ClusterInfo) -> str | None:
         if self.address_template:
@@ -132,6 +193,16 @@ class ActivityReader:
         if not isinstance(body, dict):
             raise _Unreadable("the dashboard answered an unexpected shape")
         return body
+
+
+def _results(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The state API's filtered list (its `total` counts what the filter dropped too)."""
+    data = body.get("data")
+    result = (data.get("result") if isinstance(data, dict) else None) or {}
+    items = result.get("result") if isinstance(result, dict) else None
+    if not isinstance(items, list):
+        raise _Unreadable("the dashboard's state API answered an unexpected shape")
+    return [i for i in items if isinstance(i, dict)]
 
 
 class _Unreadable(Exception):

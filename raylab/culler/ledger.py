@@ -11,6 +11,11 @@ A culler that restarts (or a Jupyter server) continues a cluster's last interval
 ended less than `max_gap_s` ago and the cluster still runs with the same GPUs; longer
 stretches nobody watched are not counted (the README says so).
 
+Beside what was held, each interval keeps what was used: `used`, the busy GPU-seconds (the
+GPUs' utilization integrated over the sweeps that read it, gpu_use.py), and `measured`,
+the held GPU-seconds during which use could be read. Records from before GPU use was read
+have neither and say "not measured"; `used` is never more than `measured`.
+
 A user can write to their own ledger, so a ledger counts only its user's clusters: an
 interval naming another owner, or of a cluster that exists and says it is someone
 else's, is ignored (`owned`); and one user's intervals never merge with another's.
@@ -19,6 +24,7 @@ else's, is ignored (`owned`); and one user's intervals never merge with another'
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -26,7 +32,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
 from ..identity import owner_label
-from ..model import ClusterInfo, Phase, UsageRow
+from ..model import ClusterInfo, GpuUse, Phase, UsageRow
 
 log = logging.getLogger("raylab.culler")
 BILLED = frozenset({Phase.STARTING, Phase.READY, Phase.DEGRADED})
@@ -41,6 +47,8 @@ class Interval:
     gpus: int
     start: float
     end: float
+    used: float = 0.0  # busy GPU-seconds
+    measured: float = 0.0  # held GPU-seconds during which use was read
 
     @property
     def gpu_seconds(self) -> float:
@@ -50,9 +58,18 @@ class Interval:
         """GPU-seconds of this interval that fall within [since, until]."""
         return self.gpus * max(0.0, min(self.end, until) - max(self.start, since))
 
+    def share(self, since: float, until: float) -> float:
+        """The part of this interval within [since, until] (used and measured are
+        taken as spread evenly over it)."""
+        length = self.end - self.start
+        if length <= 0:
+            return 0.0
+        return max(0.0, min(self.end, until) - max(self.start, since)) / length
+
     def to_json(self) -> dict[str, Any]:
         body = asdict(self)
         body["start"], body["end"] = round(self.start, 3), round(self.end, 3)
+        body["used"], body["measured"] = round(self.used, 3), round(self.measured, 3)
         return body
 
     @classmethod
@@ -65,7 +82,24 @@ class Interval:
             gpus=int(data["gpus"]),
             start=float(data["start"]),
             end=float(data["end"]),
-        )
+        )._with_use(data.get("used"), data.get("measured"))
+
+    def _with_use(self, used: object, measured: object) -> Interval:
+        """Use as stored, if it can be true; else not measured (a ledger is the user's
+        own file: a forged figure is dropped, never counted)."""
+        u, m = _figure(used), _figure(measured)
+        if u is None or m is None or u > m + 1e-6 or m > self.gpu_seconds + 1e-3:
+            return self
+        return replace(self, used=u, measured=m)
+
+
+def _figure(value: object) -> float | None:
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) and number >= 0 else None
 
 
 class LedgerStore(Protocol):
@@ -125,37 +159,68 @@ def merge(intervals: Iterable[Interval]) -> list[Interval]:
             if last is None or item.start > last.end:
                 merged.append(item)
             elif item.gpus == last.gpus:
-                merged[-1] = replace(last, end=max(last.end, item.end))
+                merged[-1] = _union(last, item)
             elif item.end <= last.end and item.start == last.start:
                 continue  # the same stretch, wholly covered
             else:
-                merged[-1] = replace(last, end=item.start)
+                cut = last.share(last.start, item.start)
+                merged[-1] = replace(last, end=item.start, used=last.used * cut,
+                                     measured=last.measured * cut)  # fmt: skip
                 merged.append(item)
         out.extend(i for i in merged if i.end > i.start)
     return sorted(out, key=lambda i: (i.owner, i.start, i.uid))
 
 
+def _union(first: Interval, second: Interval) -> Interval:
+    """Two overlapping stretches of one cluster (first.start <= second.start). The same
+    stretch written again, longer (a culler's flush), covers the first: its use stands.
+    Otherwise the second adds the use of its part past the first's end."""
+    if second.start <= first.start and second.end >= first.end:
+        return replace(first, end=second.end, used=second.used, measured=second.measured)
+    if second.end <= first.end:
+        return first
+    extra = second.share(first.end, second.end)
+    return replace(
+        first,
+        end=second.end,
+        used=first.used + second.used * extra,
+        measured=first.measured + second.measured * extra,
+    )
+
+
 def usage_rows(intervals: Iterable[Interval], since: float, until: float) -> list[UsageRow]:
-    """One row per user and GPU type: GPU-hours within [since, until]."""
-    seconds: dict[tuple[str, str], float] = defaultdict(float)
+    """One row per user and GPU type: GPU-hours held, used and measured within [since, until]."""
+    seconds: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
     clusters: dict[tuple[str, str], set[str]] = defaultdict(set)
     for interval in merge(intervals):
-        used = interval.between(since, until)
-        if used > 0:
+        held = interval.between(since, until)
+        if held > 0:
             key = (interval.owner, interval.gpu_type)
-            seconds[key] += used
+            share = interval.share(since, until)
+            total = seconds[key]
+            total[0] += held
+            total[1] += interval.used * share
+            total[2] += interval.measured * share
             clusters[key].add(interval.uid)
-    return [
-        UsageRow(owner, gpu_type, len(clusters[(owner, gpu_type)]), total / 3600)
-        for (owner, gpu_type), total in sorted(seconds.items())
-    ]
+    rows = []
+    for (owner, gpu_type), (held, used, measured) in sorted(seconds.items()):
+        count = len(clusters[(owner, gpu_type)])
+        rows.append(UsageRow(owner, gpu_type, count, held / 3600, used / 3600, measured / 3600))
+    return rows
 
 
-def cluster_hours(intervals: Iterable[Interval], since: float, until: float) -> dict[str, float]:
-    """GPU-hours by cluster uid within [since, until]."""
+def cluster_hours(
+    intervals: Iterable[Interval], since: float, until: float, what: str = "held"
+) -> dict[str, float]:
+    """GPU-hours by cluster uid within [since, until]: `held` (billed), `used` (busy) or
+    `measured` (held while use could be read)."""
     hours: dict[str, float] = defaultdict(float)
     for interval in merge(intervals):
-        hours[interval.uid] += interval.between(since, until) / 3600
+        if what == "held":
+            hours[interval.uid] += interval.between(since, until) / 3600
+        else:
+            figure = interval.used if what == "used" else interval.measured
+            hours[interval.uid] += figure * interval.share(since, until) / 3600
     return dict(hours)
 
 
@@ -182,11 +247,21 @@ class Meter:
         self._flushed_at: float | None = None
         self._lock = threading.Lock()
         self.writes = 0  # ledger writes, for the benchmark
+        # Busy GPU-seconds metered by the last `observe`, by (owner, GPU type): the metrics.
+        self.used_added: dict[tuple[str, str], float] = {}
 
-    def observe(self, clusters: Iterable[ClusterInfo], now: float) -> dict[tuple[str, str], float]:
-        """Fold in one sweep's view; returns GPU-seconds metered since the last, by
-        (owner, GPU type), for the metrics."""
+    def observe(
+        self,
+        clusters: Iterable[ClusterInfo],
+        now: float,
+        uses: Mapping[str, GpuUse] | None = None,
+    ) -> dict[tuple[str, str], float]:
+        """Fold in one sweep's view, with the GPU use read in it (by uid); returns
+        GPU-seconds held since the last, by (owner, GPU type), for the metrics. A stretch
+        is counted as used as the reading at its end says (a sweep apart)."""
         added: dict[tuple[str, str], float] = defaultdict(float)
+        used_added: dict[tuple[str, str], float] = defaultdict(float)
+        uses = uses or {}
         clusters = list(clusters)
         owners = {c.uid: c.owner for c in clusters if c.uid}
         with self._lock:
@@ -198,8 +273,19 @@ class Meter:
                 gpus = info.spec.gpus
                 current = self._open.get(info.uid)
                 if current is not None and current.gpus == gpus:
-                    added[(info.owner, info.spec.gpu_type)] += gpus * max(0.0, now - current.end)
-                    self._open[info.uid] = replace(current, end=max(current.end, now))
+                    step = max(0.0, now - current.end)
+                    added[(info.owner, info.spec.gpu_type)] += gpus * step
+                    used = current.used
+                    measured = current.measured
+                    use = uses.get(info.uid)
+                    if use is not None and use.measured:
+                        busy = min(float(gpus), use.busy_gpus) * step
+                        used += busy
+                        measured += gpus * step
+                        used_added[(info.owner, info.spec.gpu_type)] += busy
+                    self._open[info.uid] = replace(
+                        current, end=max(current.end, now), used=used, measured=measured
+                    )
                     continue
                 if current is not None:
                     self._closed.append(replace(current, end=max(current.end, now)))
@@ -215,6 +301,7 @@ class Meter:
             for uid in [u for u in self._open if u not in seen]:
                 # Suspended, deleted, failed or scaled to none: billed until last seen.
                 self._closed.append(self._open.pop(uid))
+        self.used_added = dict(used_added)
         if self._flushed_at is None:
             self._flushed_at = now
         elif now - self._flushed_at >= self.flush_s:

@@ -60,7 +60,14 @@ def run_culler(args: argparse.Namespace, settings: Settings, say: Callable[[str]
     backends = _backends(args, settings)
     mirrors = [ClusterMirror(b) for b in backends]
     cullers = [Culler(b, settings) for b in backends]
-    metrics.set_cluster_source("culler", lambda: [c for m in mirrors for c in m.clusters()])
+    metrics.set_cluster_source(
+        "culler",
+        lambda: [
+            c
+            for m, culler in zip(mirrors, cullers, strict=True)
+            for c in culler.with_gpu_use(m.clusters())
+        ],
+    )
     if args.metrics_port is not None:
         from prometheus_client import start_http_server
 

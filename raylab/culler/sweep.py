@@ -2,9 +2,11 @@
 
 The same `Culler` runs in the Jupyter server extension (its user's clusters), in
 `raylab culler` as a JupyterHub service, and in a Deployment. It makes no request to
-list clusters (the caller's watch holds them), one or two dashboard requests per running
-cluster with a limit (activity.py), and writes only when a cluster's idle state changes:
-idle since, warned, suspended, active again, unreadable.
+list clusters (the caller's watch holds them), one to three dashboard requests per running
+cluster with a limit or with GPUs (activity.py), and writes only when a cluster's idle
+state changes: idle since, warned, suspended, active again, unreadable. The GPU use it
+reads on the way is kept in memory (`gpu_use`, with the last hour's history) and metered
+into the ledger as used GPU-seconds beside the held ones.
 """
 
 from __future__ import annotations
@@ -13,14 +15,15 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .. import metrics
 from ..backends.base import Backend
 from ..config import Settings
 from ..errors import RaylabError
-from ..model import ClusterInfo, IdleState, Phase
-from .activity import Activity, ActivityReader
+from ..model import BUSY_PERCENT, ClusterInfo, GpuUse, IdleState, Phase
+from .activity import CELL_STAMP_S, Activity, ActivityReader, Rule
+from .gpu_use import UseHistory
 from .ledger import Meter
 from .ledger_store import store_for
 from .rules import Action, Policy, decide, policy_for
@@ -70,22 +73,27 @@ class Culler:
         )
         self.parallel = max(1, parallel)
         self._unknown_types: set[str] = set()  # clusters already said to be of one
+        self.history = UseHistory()
+        self.gpu_use: dict[str, GpuUse] = {}  # the last sweep's readings, by cluster uid
 
     def sweep(self, clusters: Iterable[ClusterInfo]) -> SweepReport:
         started = time.monotonic()
         now = self.clock()
         mine = [c for c in clusters if self.owner is None or c.owner == self.owner]
         report = SweepReport(clusters=len(mine))
+        todo = [(c, self._policy(c)) for c in mine if c.phase in RUNNING and c.head_ready]
+        todo = [(c, p) for c, p in todo if p.limit_s > 0 or c.idle != IdleState() or c.quota_gpus]
+        with ThreadPoolExecutor(min(self.parallel, max(1, len(todo)))) as pool:
+            activities = list(pool.map(lambda cp: self._read(cp[0], cp[1].limit_s, now), todo))
+        self._keep_gpu_use(mine, todo, activities)
         try:
-            for (owner, gpu_type), seconds in self.meter.observe(mine, now).items():
+            for (owner, gpu_type), seconds in self.meter.observe(mine, now, self.gpu_use).items():
                 metrics.GPU_SECONDS.labels(owner, gpu_type).inc(seconds)
+            for (owner, gpu_type), seconds in self.meter.used_added.items():
+                metrics.USED_GPU_SECONDS.labels(owner, gpu_type).inc(seconds)
         except RaylabError as exc:  # the ledger is away: idle checks go on
             metrics.API_ERRORS.labels("culler", str(exc.status)).inc()
             log.warning("raylab culler: cannot record GPU-hours: %s", exc.message)
-        todo = [(c, self._policy(c)) for c in mine if c.phase in RUNNING and c.head_ready]
-        todo = [(c, p) for c, p in todo if p.limit_s > 0 or c.idle != IdleState()]
-        with ThreadPoolExecutor(min(self.parallel, max(1, len(todo)))) as pool:
-            activities = list(pool.map(lambda cp: self._read(cp[0], cp[1].limit_s), todo))
         report.read = sum(1 for c, p in todo if p.limit_s > 0)
         for (info, policy), activity in zip(todo, activities, strict=True):
             if policy.limit_s > 0:
@@ -154,7 +162,45 @@ class Culler:
             info.name, info.spec.gpu_type, known,
         )  # fmt: skip
 
-    def _read(self, info: ClusterInfo, limit_s: float) -> Activity:
-        if limit_s <= 0:
+    def _keep_gpu_use(
+        self,
+        mine: list[ClusterInfo],
+        todo: list[tuple[ClusterInfo, Policy]],
+        activities: list[Activity],
+    ) -> None:
+        uses: dict[str, GpuUse] = {}
+        for (info, _), activity in zip(todo, activities, strict=True):
+            if activity.gpu_use is not None and info.uid:
+                uses[info.uid] = self.history.add(info.uid, activity.gpu_use)
+        self.history.keep_only({c.uid for c in mine if c.uid})
+        self.gpu_use = uses
+
+    def with_gpu_use(self, clusters: Iterable[ClusterInfo]) -> list[ClusterInfo]:
+        """The clusters with their GPU use as this culler last read it."""
+        return [
+            replace(c, gpu_use=self.gpu_use[c.uid])
+            if c.uid in self.gpu_use and c.phase in RUNNING
+            else c
+            for c in clusters
+        ]
+
+    def rule(self, info: ClusterInfo) -> Rule:
+        """What counts as work on this cluster, as the admin configured it."""
+        o = self.settings.options
+        busy = o.gpu_busy_percent
+        kernels = o.connected_kernel_is_work
+        return Rule(
+            busy_percent=busy if 0 < busy <= 100 else BUSY_PERCENT,
+            kernel_is_work="*" in kernels or info.spec.gpu_type in kernels,
+            # A kernel stamps a running cell once a minute; a sweep may come just before.
+            cell_window_s=CELL_STAMP_S + max(1.0, o.cull_interval_seconds) + 30.0,
+        )
+
+    def _read(self, info: ClusterInfo, limit_s: float, now: float) -> Activity:
+        if limit_s <= 0 and not info.quota_gpus:
             return Activity("active", "idle suspension is off for this cluster")
-        return self.reader.read(info)
+        activity = self.reader.read(info, self.rule(info), now)
+        if limit_s <= 0:  # read for its GPU use only
+            return Activity("active", "idle suspension is off for this cluster",
+                            activity.gpu_use)  # fmt: skip
+        return activity

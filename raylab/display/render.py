@@ -11,40 +11,25 @@ import time
 from ..model import (
     ClusterEnvironment,
     ClusterInfo,
+    GpuUse,
     Phase,
     QueueInfo,
     UsageRow,
+    clock_text,
+    duration_text,
     format_age,
     format_size,
+    suspension_reason,
 )
 
-COLUMNS = ("NAME", "PHASE", "WORKERS", "GPUS", "CPU/MEM PER WORKER", "AGE", "IDLE")
-
-
-def clock_text(epoch: float, now: float | None = None) -> str:
-    """14:05 today, else Dec 01 14:05 (local time)."""
-    when, today = time.localtime(epoch), time.localtime(now or time.time())
-    same_day = when[:3] == today[:3]
-    return time.strftime("%H:%M" if same_day else "%b %d %H:%M", when)
-
-
-def duration_text(seconds: float) -> str:
-    """How long, as the idle wording says it: 42 s, 50 min, 3 h 5 min."""
-    s = max(0, int(seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3 * 3600:
-        return f"{s // 60} min"
-    return f"{s // 3600} h {s % 3600 // 60} min"
+COLUMNS = ("NAME", "PHASE", "WORKERS", "GPUS", "GPU USE", "CPU/MEM PER WORKER", "AGE", "IDLE")
 
 
 def suspended_text(info: ClusterInfo, now: float | None = None) -> str:
     """Why the culler suspended it ('' if it did not): kept until `resume`."""
-    idle = info.idle
-    if info.phase != Phase.SUSPENDED or idle.suspended_at is None:
+    if info.phase != Phase.SUSPENDED:
         return ""
-    after = duration_text(idle.suspended_at - (idle.since or idle.suspended_at))
-    return f"suspended after {after} idle at {clock_text(idle.suspended_at, now)}"
+    return suspension_reason(info.idle, now)
 
 
 def idle_text(info: ClusterInfo, now: float | None = None) -> str:
@@ -77,6 +62,31 @@ def gpus_text(info: ClusterInfo) -> str:
     return text + " (logical)" if info.logical_gpus else text
 
 
+def _half_up(x: float) -> int:
+    return int(x + 0.5)  # as render.ts's Math.floor(x + 0.5): both doors print the same
+
+
+def gpu_use_text(use: GpuUse) -> str:
+    """The card's GPU use row: '87% · 61/160 GiB · 2 of 2 busy', or '—, logical GPUs'.
+    Never 0 % for what was not measured."""
+    if not use.measured:
+        return f"—, {use.why or 'not measured'}"
+    used = sum(g.memory_used_mib for g in use.gpus) / 1024
+    total = sum(g.memory_total_mib for g in use.gpus) / 1024
+    return (
+        f"{_half_up(use.utilization)}% · {_half_up(used)}/{_half_up(total)} GiB · "
+        f"{use.busy} of {len(use.gpus)} busy"
+    )
+
+
+def gpu_use_cell(info: ClusterInfo) -> str:
+    """The list's GPU USE column: '87% · 2/2 busy', '—' where not read or not measured."""
+    use = info.gpu_use
+    if use is None or not use.measured:
+        return "—" if info.quota_gpus else ""
+    return f"{_half_up(use.utilization)}% · {use.busy}/{len(use.gpus)} busy"
+
+
 def workers_text(info: ClusterInfo) -> str:
     return f"{info.workers_ready}/{info.workers_desired}"
 
@@ -87,6 +97,7 @@ def row(info: ClusterInfo, *, owner: bool = False) -> list[str]:
         phase_text(info, limit=60),
         workers_text(info),
         gpus_text(info),
+        gpu_use_cell(info),
         f"{info.spec.cpus} / {info.spec.memory}",
         format_age(info.age()),
         idle_text(info),
@@ -167,10 +178,10 @@ def card_fields(
     if info.spec.max_workers is not None:
         low = info.spec.min_workers or 0
         fields.append(("Autoscaling", f"{low}–{info.spec.max_workers} workers"))  # noqa: RUF001 (a range)
-    fields += [
-        ("GPUs", gpus_text(info)),
-        ("Per worker", f"{info.spec.cpus} CPU · {info.spec.memory} memory"),
-    ]
+    fields.append(("GPUs", gpus_text(info)))
+    if info.gpu_use is not None:
+        fields.append(("GPU use", gpu_use_text(info.gpu_use)))
+    fields.append(("Per worker", f"{info.spec.cpus} CPU · {info.spec.memory} memory"))
     if started is not None:
         fields.append(("Elapsed", f"{int(max(0.0, now - started))}s"))
     else:
@@ -221,15 +232,31 @@ def usage_table(rows: list[UsageRow], since: float, *, everyone: bool) -> str:
     period = f"since {time.strftime('%Y-%m-%d %H:%M', time.localtime(since))}"
     if not rows:
         return f"No GPU-hours {period}."
-    header = ["USER", "GPU TYPE", "CLUSTERS", "GPU-HOURS"]
-    body = [[r.owner, r.gpu_type, str(r.clusters), f"{r.gpu_hours:.2f}"] for r in rows]
+    header = ["USER", "GPU TYPE", "CLUSTERS", "GPU-HOURS", "USED", "USED/HELD"]
+    body = [
+        [r.owner, r.gpu_type, str(r.clusters), f"{r.gpu_hours:.2f}", *_used_cells(r)] for r in rows
+    ]
     if everyone or len(rows) > 1:
-        body.append(["total", "", str(sum(r.clusters for r in rows)),
-                     f"{sum(r.gpu_hours for r in rows):.2f}"])  # fmt: skip
+        total = UsageRow(
+            "total", "", sum(r.clusters for r in rows), sum(r.gpu_hours for r in rows),
+            sum(r.used_gpu_hours for r in rows), sum(r.measured_gpu_hours for r in rows),
+        )  # fmt: skip
+        body.append(["total", "", str(total.clusters), f"{total.gpu_hours:.2f}",
+                     *_used_cells(total)])  # fmt: skip
     table = [header, *body]
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
     return f"GPU-hours {period}:\n" + "\n".join(lines)
+
+
+def _used_cells(row: UsageRow) -> list[str]:
+    """USED and USED/HELD: '—' where use was never read (logical GPUs, older records);
+    the share is of the held hours whose use was read."""
+    share = row.used_share
+    if share is None:
+        return ["—", "not measured"]
+    partly = "" if row.measured_gpu_hours >= row.gpu_hours - 0.005 else " (of measured)"
+    return [f"{row.used_gpu_hours:.2f}", f"{share:.0%}{partly}"]
 
 
 def connect_code(info: ClusterInfo) -> str:

@@ -18,17 +18,18 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..backends.base import Backend, ClusterEvent
 from ..errors import RaylabError
-from ..model import ClusterInfo
+from ..model import ClusterInfo, GpuUse, Phase
 from .paths import dashboard_path
 
 Message = dict[str, Any]
 # How long the watch's word on a deleted cluster is kept: longer than any refresh lasts.
 FORGET_DELETED_S = 300.0
+RUNNING = frozenset({Phase.READY, Phase.DEGRADED})
 
 
 def cache_key(namespace: str | None, name: str) -> str:
@@ -75,6 +76,9 @@ class ClusterCache:
         self._deleted: deque[tuple[float, str]] = deque()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="raylab-watch")
+        # GPU use as the server's culler last read it, by cluster uid: kept beside what the
+        # watch says (the backend never holds it), so every change keeps showing it.
+        self.gpu_use: dict[str, GpuUse] = {}
 
     # --- lifecycle ----------------------------------------------------------------
 
@@ -127,6 +131,13 @@ class ClusterCache:
         info = self.backend.get(name, namespace=namespace)
         key = cache_key(namespace or self.home, name)
         self._hand_over(self._apply_refresh, (key, started, info))
+
+    def set_gpu_use(self, uses: dict[str, GpuUse]) -> None:
+        """A sweep's readings (on the loop): each running cluster shows its own."""
+        self.gpu_use = dict(uses)
+        for info in list(self.clusters.values()):
+            if info.uid in uses or info.gpu_use is not None:
+                self._apply(ClusterEvent("MODIFIED", info))
 
     def status(self) -> Message:
         body = {"type": "STATUS", "available": self.error is None, "error": self.error}
@@ -207,6 +218,8 @@ class ClusterCache:
                 return
             text = self.texts.pop(key)
         else:
+            use = self.gpu_use.get(info.uid) if info.phase in RUNNING else None
+            info = replace(info, gpu_use=use)
             if before == info:
                 return  # a re-list or resync that changed nothing
             self.clusters[key] = info

@@ -43,6 +43,7 @@ class ServerCuller:
             loop = asyncio.get_running_loop()
             clusters = list(self.cache.clusters.values())
             report = await loop.run_in_executor(None, self.culler.sweep, clusters)
+            self.cache.set_gpu_use(self.culler.gpu_use)
             for name in {*report.warned, *report.suspended}:
                 await loop.run_in_executor(None, self.cache.refresh, name)
             if report.suspended:

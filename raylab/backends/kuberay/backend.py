@@ -27,6 +27,7 @@ from .config import in_cluster, load_api_client, resolve_namespace
 from .errors import ALL_NAMESPACES, Call, Refused, api_errors, translate
 from .kueue import KUEUE, PRIORITY_LABEL, QUEUE_LABEL, queue_of
 from .manifest import (
+    CELL_ANNOTATION,
     CLIENT_PORT,
     DASHBOARD_PORT,
     ENVIRONMENT_ANNOTATION,
@@ -265,6 +266,12 @@ class KubeRayBackend:
         self._require(name, ns)  # a merge patch of a missing object would say less
         patch = {"metadata": {"annotations": {ENVIRONMENT_ANNOTATION: environment.to_annotation()}}}
         return self._patch(name, patch, "application/merge-patch+json", ns)
+
+    def mark_cell(self, name: str, at: float, *, namespace: str | None = None) -> None:
+        """A kernel connected to the cluster ran a cell at `at`: one merge patch of an
+        annotation (at most once a minute per kernel; the cullers' watch sees it)."""
+        patch = {"metadata": {"annotations": {CELL_ANNOTATION: f"{at:.3f}"}}}
+        self._patch(name, patch, "application/merge-patch+json", namespace or self.namespace)
 
     def set_suspended(
         self, name: str, suspended: bool, *, namespace: str | None = None

@@ -32,6 +32,8 @@ PYTHON_ANNOTATION = "raylab.io/python-version"
 IDLE_ANNOTATION = "raylab.io/idle"
 # The ClusterEnvironment it remembers (model.py), as JSON.
 ENVIRONMENT_ANNOTATION = "raylab.io/environment"
+# When a cell last ran in a kernel connected to it (epoch seconds; ClusterInfo.cell_at).
+CELL_ANNOTATION = "raylab.io/cell-at"
 
 WORKER_GROUP = "gpu-workers"
 HEAD_CONTAINER = "ray-head"  # KubeRay runs Ray in the first container; logs come from it

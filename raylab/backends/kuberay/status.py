@@ -16,9 +16,18 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from ...model import ClusterEnvironment, ClusterInfo, Endpoints, Phase, QueueInfo
+from ...model import (
+    ClusterEnvironment,
+    ClusterInfo,
+    Endpoints,
+    Phase,
+    QueueInfo,
+    finite_time,
+    suspension_reason,
+)
 from ...spec import ClusterSpec
 from .manifest import (
+    CELL_ANNOTATION,
     CLIENT_PORT,
     DASHBOARD_PORT,
     ENVIRONMENT_ANNOTATION,
@@ -98,13 +107,17 @@ def cluster_info(
         endpoints = Endpoints(
             client=f"ray://{host}:{CLIENT_PORT}", dashboard=f"http://{host}:{DASHBOARD_PORT}"
         )
+    idle = idle_from_annotation(annotations.get(IDLE_ANNOTATION))
+    reason = status.reason
+    if status.phase == Phase.SUSPENDED:
+        reason = suspension_reason(idle) or reason
     return ClusterInfo(
         name=name,
         owner=str(annotations.get(OWNER_ANNOTATION) or labels.get(OWNER_LABEL) or ""),
         backend=BACKEND,
         phase=status.phase,
         spec=spec_of(obj),
-        reason=status.reason,
+        reason=reason,
         head_ready=status.head_ready,
         workers_ready=status.workers_ready,
         workers_desired=status.workers_desired,
@@ -116,7 +129,8 @@ def cluster_info(
         logical_gpus=False,
         environment=ClusterEnvironment.from_annotation(annotations.get(ENVIRONMENT_ANNOTATION)),
         uid=str(meta.get("uid") or ""),
-        idle=idle_from_annotation(annotations.get(IDLE_ANNOTATION)),
+        idle=idle,
+        cell_at=finite_time(annotations.get(CELL_ANNOTATION)),
         max_gpus=most_gpus(obj),
         queue=queue,
     )

@@ -29,13 +29,21 @@ from filelock import FileLock, Timeout
 
 from ... import auth
 from ...errors import BackendUnavailable, Conflict, NotFound, SpecError
-from ...model import ClusterEnvironment, ClusterInfo, Endpoints, IdleState, Phase
+from ...model import (
+    ClusterEnvironment,
+    ClusterInfo,
+    Endpoints,
+    IdleState,
+    Phase,
+    finite_time,
+    suspension_reason,
+)
 from ...spec import ClusterSpec, parse_quantity
 from ..base import ClusterEvent
 from .memory import object_store_bytes
 from .node import READY_TEXT, RESTART_MARK, node_ref
 from .ports import PortPicker
-from .processes import CLUSTER_ENV, NodeProcess, alive, log_started, spawn, stop_sessions
+from .processes import CLUSTER_ENV, NODE_ENV, NodeProcess, alive, log_started, spawn, stop_sessions
 from .tempdir import is_inside, private_temp_root
 
 log = logging.getLogger(__name__)
@@ -81,6 +89,7 @@ class _State:
     environment: ClusterEnvironment | None = None
     uid: str = ""  # lasting identity (GPU-hours ledger); older clusters get one on read
     idle: IdleState = field(default_factory=IdleState)  # the culler's (culler/rules.py)
+    cell_at: float | None = None  # a connected kernel's last cell (ClusterInfo.cell_at)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -98,6 +107,7 @@ class _State:
             "environment": self.environment.to_json() if self.environment else None,
             "uid": self.uid,
             "idle": self.idle.to_json(),
+            "cell_at": self.cell_at,
         }
 
     @classmethod
@@ -118,6 +128,7 @@ class _State:
             environment=ClusterEnvironment.from_json(data.get("environment")),
             uid=data.get("uid") or f"local-{data['spec']['name']}-{data['created']:.0f}",
             idle=IdleState.from_json(data.get("idle")),
+            cell_at=finite_time(data.get("cell_at")),
         )
         typed = (
             isinstance(state.owner, str)
@@ -355,10 +366,22 @@ class LocalBackend:
             return True
 
     def _suspend(self, name: str, state: _State) -> None:
-        stop_sessions(state.nodes, name)
-        state.nodes = []
+        # Suspended is written first: read while its processes stop, the cluster must not
+        # look like one whose head died (Failed).
         state.suspended = True
         self._write(name, state)
+        stop_sessions(state.nodes, name)
+        state.nodes = []
+        self._write(name, state)
+
+    def mark_cell(self, name: str, at: float, *, namespace: str | None = None) -> None:
+        """A kernel connected to the cluster ran a cell at `at` (culler/activity.py)."""
+        with self._lock():
+            state = self._read(name)
+            if state is None or (state.cell_at is not None and state.cell_at >= at):
+                return
+            state.cell_at = at
+            self._write(name, state)
 
     def _resume(self, name: str, state: _State) -> None:
         state.suspended = False
@@ -504,8 +527,8 @@ class LocalBackend:
             *order,
             "--",
         ]
-        # Every process of the node inherits this: it tells which cluster a process is.
-        env = {**env, CLUSTER_ENV: name}
+        # Every process of the node inherits these: which cluster and which node it is.
+        env = {**env, CLUSTER_ENV: name, NODE_ENV: label}
         # Each node gets a temp dir of its own: Ray names a node's sockets by probing for
         # a free name in the session's folder, which races when two nodes of one host
         # start at once ("bind: Address already in use"). A short path keeps the socket
@@ -553,6 +576,7 @@ class LocalBackend:
             environment=state.environment,
             uid=state.uid,
             idle=state.idle,
+            cell_at=state.cell_at,
         )
 
     def _status(self, state: _State) -> tuple[Phase, str, int, bool]:
@@ -560,7 +584,8 @@ class LocalBackend:
         if state.deleting:
             return Phase.DELETING, "stopping Ray processes", 0, False
         if state.suspended:
-            return Phase.SUSPENDED, "suspended: no Ray processes running", 0, False
+            why = suspension_reason(state.idle) or "suspended: no Ray processes running"
+            return Phase.SUSPENDED, why, 0, False
         head = next((n for n in state.nodes if n.role == "head"), None)
         if head is None:
             return Phase.FAILED, "the head was never started", 0, False

@@ -25,6 +25,7 @@ from .tempdir import is_inside, private_temp_root
 # Every process of a node carries its cluster's name here (set at spawn, inherited by
 # Ray's own processes): a process without it is never signalled for that cluster.
 CLUSTER_ENV = "RAYLAB_CLUSTER"
+NODE_ENV = "RAYLAB_NODE"  # head, worker-1, ...
 
 # Ray's variables a kernel may carry that must not leak into a new cluster's processes
 # (among them the token of the cluster the kernel is connected to).
