@@ -13,6 +13,7 @@ import React from 'react';
 import { ICluster, Phase, dashboardPath } from './clusterApi';
 import { useNow } from './clock';
 import { CommandIDs, Run } from './commandIds';
+import { GpuSparkline } from './gpuSparkline';
 import { JobsSection } from './jobs';
 import { JobWatcher } from './jobWatch';
 import {
@@ -65,6 +66,7 @@ const SHOWN_ELSEWHERE = new Set(['Phase', 'Idle']);
 /**
  * The card's rows (`cardFields`, the notebook card's rows), refreshed by the
  * shared clock: only this list re-renders as the age moves, not the card.
+ * The GPU use row also draws the last hour's line.
  */
 function CardFields(props: {
   cluster: ICluster;
@@ -79,7 +81,14 @@ function CardFields(props: {
       {rows.map(([key, value]) => (
         <React.Fragment key={key}>
           <dt>{key}</dt>
-          <dd>{value}</dd>
+          {key === 'GPU use' ? (
+            <dd className="jp-raylab-gpu-use">
+              <span>{value}</span>
+              <GpuSparkline use={props.cluster.gpu_use} />
+            </dd>
+          ) : (
+            <dd>{value}</dd>
+          )}
         </React.Fragment>
       ))}
     </dl>

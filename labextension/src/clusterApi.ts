@@ -81,6 +81,52 @@ export interface IEnvironment {
 }
 
 /**
+ * One GPU as Ray's reporter agent read it through NVML (`raylab/model.py`,
+ * `GpuReading`).
+ */
+export interface IGpuReading {
+  /** The node's IP, as the Ray dashboard names it. */
+  node: string;
+  index: number;
+  name: string;
+  /** Percent, 0–100. */
+  utilization: number;
+  memory_used_mib: number;
+  memory_total_mib: number;
+}
+
+/**
+ * Whether the figures are real: `not_measured` (the dashboard answered but no
+ * node reports a GPU: logical GPUs, no NVML) and `unknown` (the dashboard
+ * could not be read) carry no figures, only `why`.
+ */
+export type GpuUseState = 'measured' | 'not_measured' | 'unknown';
+
+/**
+ * How a cluster's GPUs are used, as last read (`raylab/model.py`, `GpuUse`).
+ * The totals are over `gpus`, the GPUs the nodes reported (not the GPUs the
+ * cluster asked for).
+ */
+export interface IGpuUse {
+  state: GpuUseState;
+  /** When it was read (epoch seconds). */
+  at: number;
+  /** Why it is not measured; '' when measured. */
+  why: string;
+  /** Percent at or above which a GPU counts as busy. */
+  threshold: number;
+  gpus: IGpuReading[];
+  count: number;
+  busy: number;
+  /** Mean utilization (percent, one decimal). */
+  utilization: number;
+  memory_used_mib: number;
+  memory_total_mib: number;
+  /** The last hour's (epoch seconds, mean utilization %), oldest first. */
+  history: [number, number][];
+}
+
+/**
  * One cluster as the server reports it (`ClusterInfo.to_json`).
  */
 export interface ICluster {
@@ -121,6 +167,11 @@ export interface ICluster {
   dashboard_path?: string | null;
   /** Its place in a Kueue queue; null (or absent) when Kueue does not hold it. */
   queue?: IQueueInfo | null;
+  /**
+   * Its GPUs' use as the server last read it; null when not read, absent from
+   * servers older than GPU-use reading.
+   */
+  gpu_use?: IGpuUse | null;
 }
 
 /**

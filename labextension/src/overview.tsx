@@ -15,13 +15,25 @@ import {
   canSuspend,
   gpuHoursText,
   gpusText,
+  idleGpus,
   idleSeconds,
   idleText,
-  phaseText
+  phaseText,
+  usedGpus
 } from './render';
+import { ISort, SortValue, SortableHeaders, sortRows } from './sortable';
+import { UserGpus } from './userGpus';
 
 type SortKey =
-  'owner' | 'namespace' | 'name' | 'gpus' | 'phase' | 'idle' | 'hours';
+  | 'owner'
+  | 'namespace'
+  | 'name'
+  | 'gpus'
+  | 'used'
+  | 'idleGpus'
+  | 'phase'
+  | 'idle'
+  | 'hours';
 
 /** The overview's columns; Namespace only where clusters have one (KubeRay). */
 const COLUMNS: [SortKey, string][] = [
@@ -29,10 +41,17 @@ const COLUMNS: [SortKey, string][] = [
   ['namespace', 'Namespace'],
   ['name', 'Cluster'],
   ['gpus', 'GPUs'],
+  ['used', 'GPUs used'],
+  ['idleGpus', 'Idle GPUs'],
   ['phase', 'Status'],
   ['idle', 'Idle'],
   ['hours', 'GPU-h (7 d)']
 ];
+
+const TEXT_COLUMNS: ReadonlySet<SortKey> = new Set<SortKey>([
+  'owner',
+  'namespace'
+]);
 
 /**
  * One overview row's actions: what an admin does to someone's cluster
@@ -92,9 +111,9 @@ function OverviewActions(props: {
 }
 
 /**
- * The admins' "All users" view: every cluster in one sortable table, idle
- * ones marked (sorted first by default: the ones worth a look), each with
- * its actions.
+ * The admins' "All users" view: GPUs by user, then every cluster in one
+ * sortable table, idle ones marked (sorted first by default: the ones worth a
+ * look), each with its actions.
  */
 export function Overview(props: {
   clusters: ReadonlyArray<ICluster>;
@@ -103,13 +122,13 @@ export function Overview(props: {
   run: Run;
 }): React.ReactElement {
   const now = useNow(15000) / 1000;
-  const [sort, setSort] = React.useState<{ key: SortKey; down: boolean }>({
+  const [sort, setSort] = React.useState<ISort<SortKey>>({
     key: 'idle',
     down: true
   });
   const hours = (c: ICluster): number =>
     (c.uid && props.usage?.clusters[c.uid]) || 0;
-  const value = (c: ICluster): string | number => {
+  const value = (c: ICluster): SortValue => {
     switch (sort.key) {
       case 'owner':
         return c.owner;
@@ -119,6 +138,10 @@ export function Overview(props: {
         return c.name;
       case 'gpus':
         return c.gpus;
+      case 'used':
+        return usedGpus(c);
+      case 'idleGpus':
+        return idleGpus(c);
       case 'phase':
         return c.phase;
       case 'idle':
@@ -127,78 +150,55 @@ export function Overview(props: {
         return hours(c);
     }
   };
-  const rows = [...props.clusters].sort((a, b) => {
-    const x = value(a);
-    const y = value(b);
-    const order =
-      x < y ? -1 : x > y ? 1 : clusterKey(a) < clusterKey(b) ? -1 : 1;
-    return sort.down ? -order : order;
-  });
+  const rows = sortRows(props.clusters, value, sort.down, clusterKey);
   const namespaced = props.clusters.some(c => c.namespace !== null);
   const columns = COLUMNS.filter(([key]) => namespaced || key !== 'namespace');
   return (
-    <table
-      className={`jp-raylab-overview${props.stale ? ' jp-raylab-mod-stale' : ''}`}
-      aria-label="Every user's clusters"
-    >
-      <thead>
-        <tr>
-          {columns.map(([key, label]) => (
-            <th
-              key={key}
-              aria-sort={
-                sort.key === key
-                  ? sort.down
-                    ? 'descending'
-                    : 'ascending'
-                  : 'none'
-              }
-            >
-              <button
-                type="button"
-                className="jp-raylab-sort"
-                onClick={() =>
-                  setSort({
-                    key,
-                    down:
-                      sort.key === key
-                        ? !sort.down
-                        : key !== 'owner' && key !== 'namespace'
-                  })
-                }
+    <div className="jp-raylab-overview-view">
+      <UserGpus clusters={props.clusters} stale={props.stale} />
+      <table
+        className={`jp-raylab-overview${props.stale ? ' jp-raylab-mod-stale' : ''}`}
+        aria-label="Every user's clusters"
+      >
+        <thead>
+          <tr>
+            <SortableHeaders
+              columns={columns}
+              sort={sort}
+              onSort={setSort}
+              ascendingFirst={TEXT_COLUMNS}
+            />
+            <th>Actions</th>
+          </tr>
+        </thead>
+        <tbody>
+          {rows.map(c => {
+            const idle = idleText(c, now);
+            const idleNow = idleSeconds(c, now) !== null;
+            return (
+              <tr
+                key={clusterKey(c)}
+                data-cluster={c.name}
+                data-namespace={c.namespace ?? undefined}
+                className={idleNow ? 'jp-raylab-mod-idle' : undefined}
               >
-                {label}
-              </button>
-            </th>
-          ))}
-          <th>Actions</th>
-        </tr>
-      </thead>
-      <tbody>
-        {rows.map(c => {
-          const idle = idleText(c, now);
-          const idleNow = idleSeconds(c, now) !== null;
-          return (
-            <tr
-              key={clusterKey(c)}
-              data-cluster={c.name}
-              data-namespace={c.namespace ?? undefined}
-              className={idleNow ? 'jp-raylab-mod-idle' : undefined}
-            >
-              <td>{c.owner}</td>
-              {namespaced && <td>{c.namespace}</td>}
-              <td>{c.name}</td>
-              <td>{gpusText(c)}</td>
-              <td title={phaseText(c)}>{c.phase}</td>
-              <td>{idle}</td>
-              <td>{gpuHoursText(hours(c))}</td>
-              <td>
-                <OverviewActions cluster={c} run={props.run} />
-              </td>
-            </tr>
-          );
-        })}
-      </tbody>
-    </table>
+                <td>{c.owner}</td>
+                {namespaced && <td>{c.namespace}</td>}
+                <td>{c.name}</td>
+                <td>{gpusText(c)}</td>
+                <td>{usedGpus(c) ?? '—'}</td>
+                <td>{idleGpus(c) ?? '—'}</td>
+                <td title={phaseText(c)}>{c.phase}</td>
+                <td>{idle}</td>
+                <td>{gpuHoursText(hours(c))}</td>
+                <td>
+                  <OverviewActions cluster={c} run={props.run} />
+                </td>
+              </tr>
+            );
+          })}
+        </tbody>
+      </table>
+    </div>
   );
 }

@@ -3,7 +3,13 @@
  * CLI and the notebook status card: "Pending — reason", "2 × a100 (logical)",
  * "1/2 ready", "4 CPU · 16Gi memory", kubectl-style ages.
  */
-import type { ICluster, IEnvironment, IQueueInfo, Phase } from './clusterApi';
+import type {
+  ICluster,
+  IEnvironment,
+  IGpuUse,
+  IQueueInfo,
+  Phase
+} from './clusterApi';
 
 export function phaseText(
   cluster: ICluster,
@@ -109,6 +115,53 @@ export function gpusText(cluster: ICluster): string {
   return cluster.logical_gpus ? `${text} (logical)` : text;
 }
 
+/**
+ * Whether there are GPU figures to show (`GpuUse.measured`): a reading with
+ * no GPU in it is no evidence, never "0 % used".
+ */
+export function gpuMeasured(use: IGpuUse): boolean {
+  return use.state === 'measured' && use.count > 0;
+}
+
+/**
+ * Half up, the rule `render.gpu_use_text` follows too: not Python's `round`
+ * (half to even), so that 44.5 % is 45 % on both cards (card_rows.json pins it).
+ */
+export function roundHalfUp(x: number): number {
+  return Math.floor(x + 0.5);
+}
+
+/**
+ * "87% · 61/160 GiB · 2 of 2 busy", or "—, logical GPUs" when not measured
+ * (`render.gpu_use_text`).
+ */
+export function gpuUseText(use: IGpuUse): string {
+  if (!gpuMeasured(use)) {
+    return `—, ${use.why || 'not measured'}`;
+  }
+  const used = roundHalfUp(use.memory_used_mib / 1024);
+  const total = roundHalfUp(use.memory_total_mib / 1024);
+  return (
+    `${roundHalfUp(use.utilization)}% · ${used}/${total} GiB · ` +
+    `${use.busy} of ${use.count} busy`
+  );
+}
+
+/** GPUs busy now, or null when not measured (the overview's "GPUs used"). */
+export function usedGpus(cluster: ICluster): number | null {
+  const use = cluster.gpu_use;
+  return use && gpuMeasured(use) ? use.busy : null;
+}
+
+/**
+ * GPUs held but not busy, or null when not measured. Never below 0: the nodes
+ * may report more GPUs than the cluster asked for (a whole node's).
+ */
+export function idleGpus(cluster: ICluster): number | null {
+  const used = usedGpus(cluster);
+  return used === null ? null : Math.max(0, cluster.gpus - used);
+}
+
 function workersText(cluster: ICluster): string {
   return `${cluster.workers_ready}/${cluster.workers_desired}`;
 }
@@ -207,10 +260,12 @@ export function cardFields(
     const low = cluster.spec.min_workers ?? 0;
     fields.push(['Autoscaling', `${low}–${cluster.spec.max_workers} workers`]);
   }
-  fields.push(
-    ['GPUs', gpusText(cluster)],
-    ['Per worker', perWorkerText(cluster)]
-  );
+  fields.push(['GPUs', gpusText(cluster)]);
+  // Older servers send no gpu_use, newer ones null until it was read.
+  if (cluster.gpu_use) {
+    fields.push(['GPU use', gpuUseText(cluster.gpu_use)]);
+  }
+  fields.push(['Per worker', perWorkerText(cluster)]);
   if (options.startedS !== undefined) {
     const elapsed = Math.max(0, nowS - options.startedS);
     fields.push(['Elapsed', `${Math.floor(elapsed)}s`]);

@@ -19,7 +19,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,8 +96,11 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def running_lab(extra_config: str = "", timeout: float = 90.0) -> Iterator[Lab]:
-    """Start `jupyter lab` in a temporary root folder; stop it (and its kernels) after."""
+def running_lab(
+    extra_config: str = "", timeout: float = 90.0, extra_env: Mapping[str, str] | None = None
+) -> Iterator[Lab]:
+    """Start `jupyter lab` in a temporary root folder; stop it (and its kernels) after.
+    `extra_env` goes to the server, so to its kernels and the clusters it starts."""
     work = Path(tempfile.mkdtemp(prefix="raylab-ui-"))
     root = work / "root"
     root.mkdir()
@@ -110,6 +113,7 @@ def running_lab(extra_config: str = "", timeout: float = 90.0) -> Iterator[Lab]:
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["RAYLAB_BACKEND"] = "local"
     env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    env.update(extra_env or {})
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "jupyterlab", f"--config={config}"],

@@ -187,15 +187,12 @@ test('create in the dialog, connect a notebook, run Ray on it, delete', async ({
   });
   await expect(c).toContainText('1/1 ready');
   await expect(c).toContainText('(logical)');
-  // The notebook card's rows (`cardFields`), less the phase shown in the header.
-  await expect(c.locator('.jp-raylab-card-fields dt')).toHaveText([
-    'Workers',
-    'GPUs',
-    'Per worker',
-    'Age',
-    'Ray',
-    'Connection'
-  ]);
+  // The notebook card's rows (`cardFields`), less the phase shown in the header,
+  // and less GPU use: its worker's FAKE GPUs (test_browser.py) are read on the
+  // culler's clock, so that row comes when it comes (its own test checks it).
+  await expect(
+    c.locator('.jp-raylab-card-fields dt').filter({ hasNotText: /^GPU use$/ })
+  ).toHaveText(['Workers', 'GPUs', 'Per worker', 'Age', 'Ray', 'Connection']);
   // A local cluster: the notebook's kernel drives it directly, at its GCS.
   await expect(c.locator('.jp-raylab-card-fields')).toContainText(
     'Ray driver at 127.0.0.1:'
@@ -404,4 +401,73 @@ test('a cluster made by %raycluster up in a notebook appears live', async ({
   });
   await expect(c.getByRole('button', { name: 'Resume nb-made' })).toBeVisible();
   await deleteFromCard(page, 'nb-made');
+});
+
+test("a cluster's GPU use: figures, the last hour's line, the overview's counts", async ({
+  page
+}) => {
+  test.setTimeout(300_000);
+  // test_browser.py gives every cluster's worker-1 two FAKE GPUs (a fake NVML
+  // that Ray's reporter reads): one at 87 %, one at 2 %. The server's culler
+  // reads them every 2 s.
+  const dialog = await openNewClusterDialog(page);
+  await fill(dialog, 'name', 'ui-gpu');
+  await dialog.locator('#jp-raylab-new-gpu_type').selectOption('a100');
+  await fill(dialog, 'gpus', '2');
+  await fill(dialog, 'workers', '1');
+  await fill(dialog, 'cpus', '1');
+  await fill(dialog, 'memory', '1Gi');
+  await dialog.getByRole('button', { name: 'Create the cluster' }).click();
+  await expect(page.locator('.jp-Dialog')).toHaveCount(0);
+
+  const c = card(page, 'ui-gpu');
+  await expect(c).toHaveAttribute('data-phase', 'Ready', {
+    timeout: READY_TIMEOUT
+  });
+  // The row comes right after GPUs once the server read the cluster, and shows
+  // figures once its GPUs were measured.
+  const fields = c.locator('.jp-raylab-card-fields');
+  await expect
+    .poll(
+      async () => {
+        const keys = await fields.locator('dt').allTextContents();
+        return keys[keys.indexOf('GPUs') + 1];
+      },
+      { timeout: 60_000 }
+    )
+    .toBe('GPU use');
+  const use = fields.locator('dd.jp-raylab-gpu-use');
+  await expect(use.locator('span')).toHaveText(
+    /^\d+% · \d+\/\d+ GiB · \d of \d busy$/,
+    { timeout: 60_000 }
+  );
+  // Two readings make a line: the last hour, its latest value in its title.
+  const line = use.getByRole('img', { name: 'GPU use, last hour' });
+  await expect(line).toBeVisible({ timeout: 30_000 });
+  await expect(line).toHaveClass('jp-raylab-gpu-sparkline');
+  await expect(line.locator('polyline')).toHaveAttribute(
+    'points',
+    /^[\d.]+,[\d.]+( [\d.]+,[\d.]+)+$/
+  );
+  await expect(line.locator('title')).toHaveText(/^GPU use \d+% at \d\d:\d\d$/);
+
+  // The overview: one GPU busy (87 % is above the 5 % threshold), one idle, and
+  // the same for its owner, whose only cluster it is.
+  const panel = await openSidebar(page);
+  await panel.getByRole('radio', { name: 'All users' }).check();
+  const overview = panel.getByRole('table', { name: "Every user's clusters" });
+  const row = overview.locator('tr[data-cluster="ui-gpu"]');
+  // Owner, Cluster, GPUs, GPUs used, Idle GPUs (no Namespace on the local backend).
+  await expect(row.locator('td').nth(3)).toHaveText('1');
+  await expect(row.locator('td').nth(4)).toHaveText('1');
+  const users = panel.getByRole('table', { name: 'GPUs by user' });
+  await expect(users.locator('tbody tr')).toHaveCount(1);
+  // User, GPUs held, Used, Idle, Clusters not measured.
+  await expect(users.locator('tbody tr td').nth(1)).toHaveText('2');
+  await expect(users.locator('tbody tr td').nth(2)).toHaveText('1');
+  await expect(users.locator('tbody tr td').nth(3)).toHaveText('1');
+  await expect(users.locator('tbody tr td').nth(4)).toHaveText('0');
+  await panel.getByRole('radio', { name: 'Mine' }).check();
+
+  await deleteFromCard(page, 'ui-gpu');
 });

@@ -20,6 +20,7 @@ from raylab.backends.local.backend import LocalBackend
 from raylab.config import Settings
 from raylab.identity import current_user
 from tests.conftest import processes_of_this_session
+from tests.fake_gpu import FakeGpus
 from tests.ui.lab_server import CHROMIUM, REPO, playwright_env, running_lab
 
 pytestmark = pytest.mark.ui
@@ -38,7 +39,7 @@ def _delete_all() -> None:
         backend.delete(info.name)
 
 
-def test_sidebar_in_chromium() -> None:
+def test_sidebar_in_chromium(tmp_path: Path) -> None:
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: `make sysdeps` (apt-get install chromium)")
     npx = shutil.which("npx")
@@ -46,9 +47,17 @@ def test_sidebar_in_chromium() -> None:
         pytest.fail("node_modules is not installed: `npm ci` (make does it)")
     assert not _leftover_clusters(), "clusters exist before the browser tests"
 
+    # FAKE GPUs (this machine has none): every cluster's worker-1 reports two through a
+    # fake NVML, one busy and one not, and the server's culler reads them every 2 s, for
+    # the card's GPU use row and the overview's counts (sidebar.spec.ts).
+    gpus = FakeGpus(tmp_path / "fake-gpu")
+    gpus.set("worker-1", [(87, 61000, 81920), (2, 1000, 81920)])
     try:
-        config = f"c.Raylab.max_gpus_per_user = 2\nc.Raylab.admin_users = [{current_user()!r}]\n"
-        with running_lab(extra_config=config) as lab:
+        config = (
+            f"c.Raylab.max_gpus_per_user = 2\nc.Raylab.admin_users = [{current_user()!r}]\n"
+            "c.Raylab.cull_interval_seconds = 2\n"
+        )
+        with running_lab(extra_config=config, extra_env=gpus.env()) as lab:
             try:
                 # RAYLAB_UI_GREP runs only the specs whose title matches (development).
                 grep = os.environ.get("RAYLAB_UI_GREP")

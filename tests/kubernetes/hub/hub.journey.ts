@@ -285,6 +285,8 @@ test("the admin sees every user's clusters with their owners", async ({
     'Namespace',
     'Cluster',
     'GPUs',
+    'GPUs used',
+    'Idle GPUs',
     'Status',
     'Idle',
     'GPU-h (7 d)',
@@ -312,13 +314,13 @@ test("the admin sees every user's clusters with their owners", async ({
   await his
     .getByRole('button', { name: `Suspend ${bobs} in ray-bob`, exact: true })
     .click();
-  await expect(his.locator('td').nth(4)).toHaveText('Suspended', {
+  await expect(his.locator('td').nth(6)).toHaveText('Suspended', {
     timeout: 60_000
   });
   await expect(
     his.getByRole('button', { name: `Resume ${bobs} in ray-bob` })
   ).toBeVisible();
-  await expect(row(CLUSTER, 'alice').locator('td').nth(4)).toHaveText('Ready');
+  await expect(row(CLUSTER, 'alice').locator('td').nth(6)).toHaveText('Ready');
   await admin.context.close();
 });
 
