@@ -440,6 +440,7 @@ class Usage:
 
 
 GpuUseState = Literal["measured", "not_measured", "unknown"]
+_GPU_USE_STATES = ("measured", "not_measured", "unknown")
 BUSY_PERCENT = 5.0  # c.Raylab.gpu_busy_percent's default: a GPU at or above it is busy
 
 
@@ -491,6 +492,29 @@ class GpuUse:
         """GPUs' worth of work now: the sum of utilizations as fractions (2 GPUs at 50 %
         are 1.0). Integrated over time, it is the ledger's used GPU-seconds."""
         return sum(min(100.0, g.utilization) for g in self.gpus) / 100.0
+
+    @classmethod
+    def from_json(cls, data: object) -> GpuUse | None:
+        """What `to_json` wrote (a REST client's copy); None for anything else."""
+        if not isinstance(data, dict) or data.get("state") not in _GPU_USE_STATES:
+            return None
+        try:
+            gpus = tuple(
+                GpuReading(
+                    str(g["node"]),
+                    int(g["index"]),
+                    str(g["name"]),
+                    float(g["utilization"]),
+                    float(g["memory_used_mib"]),
+                    float(g["memory_total_mib"]),
+                )
+                for g in data.get("gpus") or []
+            )
+            history = tuple((float(t), float(u)) for t, u in data.get("history") or [])
+            return cls(data["state"], float(data["at"]), str(data.get("why") or ""), gpus,
+                       float(data.get("threshold", BUSY_PERCENT)), history)  # fmt: skip
+        except (KeyError, TypeError, ValueError):
+            return None
 
     def with_history(self, history: tuple[tuple[float, float], ...]) -> GpuUse:
         return replace(self, history=history)

@@ -20,7 +20,15 @@ from typing import Any
 import pytest
 
 from raylab.display import render, widgets
-from raylab.model import ClusterEnvironment, ClusterInfo, Endpoints, IdleState, Phase, QueueInfo
+from raylab.model import (
+    ClusterEnvironment,
+    ClusterInfo,
+    Endpoints,
+    GpuUse,
+    IdleState,
+    Phase,
+    QueueInfo,
+)
 from raylab.spec import ClusterSpec
 from tests.ci import cannot_run
 
@@ -56,6 +64,7 @@ def cluster(data: dict[str, Any]) -> ClusterInfo:
             "endpoints": Endpoints(**fields["endpoints"]),
             "idle": IdleState(**fields["idle"]),
             "queue": QueueInfo.from_json(fields.get("queue")),
+            "gpu_use": GpuUse.from_json(fields.get("gpu_use")),
             "environment": None if env is None else ClusterEnvironment(
                 **{k: tuple(v) if isinstance(v, list) else v for k, v in env.items()}
             ),
@@ -94,7 +103,8 @@ def test_the_notebook_card_and_the_terminal_card_show_those_rows(
 
 def test_the_fixture_covers_every_row() -> None:
     keys = {k for case in CASES for k, _ in case["rows"]}
-    assert keys == {"Phase", "Workers", "Autoscaling", "GPUs", "Per worker", "Age", "Elapsed",
+    assert keys == {"Phase", "Workers", "Autoscaling", "GPUs", "GPU use", "Per worker", "Age",
+                    "Elapsed",
                     "Owner", "Queue", "Ray", "Environment", "Connection", "Idle"}  # fmt: skip
 
 

@@ -107,7 +107,8 @@ def test_a_busy_gpu_costs_one_request_with_the_token(dashboard: StandInDashboard
     for _ in range(3):
         found = read.read(cluster(dashboard.url), now=NOW)
         assert (found.state, found.why) == ("active", "GPU 0 of 10.0.0.2 at 87%")
-        assert found.gpu_use is not None and found.gpu_use.busy == 1
+        assert found.gpu_use is not None
+        assert found.gpu_use.busy == 1
     assert dashboard.seen == [("/nodes", "Bearer token-1")] * 3
     assert backend.token_reads == 1  # read once, kept by uid
 
@@ -118,7 +119,9 @@ def test_a_connected_kernel_that_runs_nothing_is_idle(dashboard: StandInDashboar
     found = read.read(cluster(dashboard.url), now=NOW)
     assert found.state == "idle"
     assert dashboard.paths() == ["/nodes", "/api/v0/tasks", "/api/v0/actors"]  # at most three
-    assert found.gpu_use is not None and found.gpu_use.measured and found.gpu_use.busy == 0
+    assert found.gpu_use is not None
+    assert found.gpu_use.measured
+    assert found.gpu_use.busy == 0
 
 
 def test_tasks_actor_methods_and_jobs_are_work(dashboard: StandInDashboard) -> None:
@@ -137,7 +140,8 @@ def test_tasks_actor_methods_and_jobs_are_work(dashboard: StandInDashboard) -> N
 def test_a_running_cell_is_work_without_a_request(dashboard: StandInDashboard) -> None:
     read, _ = reader()
     found = read.read(cluster(dashboard.url, gpus=0, cell_at=NOW - 30), now=NOW)
-    assert found.state == "active" and found.why.startswith("a notebook cell ran at ")
+    assert found.state == "active"
+    assert found.why.startswith("a notebook cell ran at ")
     assert dashboard.seen == []
     # A stamp older than the window is history; one far in the future is not believed.
     for stamp in (NOW - 600, NOW + 3600):
@@ -148,7 +152,10 @@ def test_a_running_cell_is_work_without_a_request(dashboard: StandInDashboard) -
 def test_the_old_rule_counts_a_connected_kernel(dashboard: StandInDashboard) -> None:
     read, _ = reader()
     found = read.read(cluster(dashboard.url, gpus=0), Rule(kernel_is_work=True), now=NOW)
-    assert (found.state, found.why) == ("active", "a driver is connected (a notebook kernel or job)")
+    assert (found.state, found.why) == (
+        "active",
+        "a driver is connected (a notebook kernel or job)",
+    )
     assert dashboard.paths()[-1] == "/api/component_activities"
 
 
@@ -171,7 +178,9 @@ def test_figures_that_cannot_be_true_are_unknown(
     dashboard.gpus = figures
     found = read.read(cluster(dashboard.url), now=NOW)
     use = found.gpu_use
-    assert use is not None and use.state == "unknown" and use.gpus == ()
+    assert use is not None
+    assert use.state == "unknown"
+    assert use.gpus == ()
     assert why in use.why
     assert found.state == "idle"  # no figure is evidence of work: the other signals decide
 
@@ -197,7 +206,8 @@ def test_refusals_and_silence_are_unknown(dashboard: StandInDashboard) -> None:
     dashboard.status = 401
     found = read.read(cluster(dashboard.url), now=NOW)
     assert (found.state, found.why) == ("unknown", "the dashboard refused the cluster's token")
-    assert found.gpu_use is not None and found.gpu_use.state == "unknown"
+    assert found.gpu_use is not None
+    assert found.gpu_use.state == "unknown"
     dashboard.status = 200
     assert read.read(cluster(dashboard.url), now=NOW).state == "idle"
     assert backend.token_reads == 2  # a refused token is read again

@@ -53,7 +53,8 @@ def test_utilization_is_integrated_beside_the_held_hours(tmp_path: Path) -> None
     assert m.used_added  # the last sweep's used seconds, for the metrics
     table = render.usage_table(usage_rows(ledger.load("alice", {}), 0, T0 + HOUR), 0,
                                everyone=False)  # fmt: skip
-    assert "USED/HELD" in table and "50%" in table
+    assert "USED/HELD" in table
+    assert "50%" in table
 
 
 def test_unread_use_is_not_measured_never_zero(tmp_path: Path) -> None:
