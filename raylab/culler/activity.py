@@ -29,7 +29,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ..auth import PROXY_HEADER, bearer
@@ -116,7 +116,7 @@ class ActivityReader:
             token = self._token(info)
             if not address:
                 return GpuUse("unknown", now, "the cluster has no dashboard address")
-            return parse_summary(self._get(address, SUMMARY, token), now, busy_percent)
+            return _said(info, parse_summary(self._get(address, SUMMARY, token), now, busy_percent))
         except RaylabError as exc:
             return GpuUse("unknown", now, f"cannot reach the dashboard: {exc.message}")
         except _Unreadable as exc:
@@ -127,7 +127,8 @@ class ActivityReader:
     ) -> Activity:
         use = None
         if info.quota_gpus > 0:
-            use = parse_summary(self._get(address, SUMMARY, token), now, rule.busy_percent)
+            use = _said(info, parse_summary(self._get(address, SUMMARY, token), now,
+                                            rule.busy_percent))  # fmt: skip
         cell = info.cell_at
         if cell is not None and now - rule.cell_window_s <= cell <= now + FUTURE_SLACK_S:
             return Activity("active", f"a notebook cell ran at {clock_text(cell, now)}", use)
@@ -193,6 +194,13 @@ class ActivityReader:
         if not isinstance(body, dict):
             raise _Unreadable("the dashboard answered an unexpected shape")
         return body
+
+
+def _said(info: ClusterInfo, use: GpuUse) -> GpuUse:
+    """No GPU figures from a cluster whose GPUs are declared, not devices: say why."""
+    if use.state == "not_measured" and info.logical_gpus:
+        return replace(use, why="logical GPUs")
+    return use
 
 
 def _results(body: dict[str, Any]) -> list[dict[str, Any]]:
