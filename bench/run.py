@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_auth
 import bench_culler
 import bench_driver
+import bench_gpu_use
 import bench_import
 import bench_incluster
 import bench_jobs
@@ -42,6 +43,7 @@ BENCHES = {
     "jobs": bench_jobs.run,
     "incluster": bench_incluster.run,
     "queue": bench_queue.run,
+    "gpu_use": bench_gpu_use.run,
 }
 
 
