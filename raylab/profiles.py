@@ -6,6 +6,7 @@ the magics, the CLI and the server all read the same `Profiles` object.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,21 @@ class GpuProfile:
     idle_suspend_minutes: float | None = None
     # The Kueue LocalQueue of this type's clusters, over c.Raylab.local_queue ('': none).
     local_queue: str | None = None
+    # Environment of this type's worker containers (KubeRay), as its nodes need it: NCCL_*
+    # for their network, or where their NVIDIA libraries are (LD_LIBRARY_PATH).
+    worker_env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.worker_env, dict):
+            raise ValueError(f"GPU profile {self.name!r}: worker_env must be a mapping of "
+                             "environment variable names to strings")  # fmt: skip
+        for key, value in self.worker_env.items():
+            if not isinstance(key, str) or not _ENV_NAME.fullmatch(key):
+                raise ValueError(f"GPU profile {self.name!r}: worker_env name {key!r} is not "
+                                 "an environment variable name (letters, digits, _)")  # fmt: skip
+            if not isinstance(value, str) or "\0" in value:
+                raise ValueError(f"GPU profile {self.name!r}: worker_env {key} must be a "
+                                 "string without NUL characters")  # fmt: skip
 
     @property
     def has_gpus(self) -> bool:
@@ -70,6 +86,7 @@ class GpuProfile:
 
 
 DEFAULT_IDLE_SUSPEND_MINUTES = 60.0
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _GPU_TAINT = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 
 

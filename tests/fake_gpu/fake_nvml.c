@@ -2,7 +2,8 @@
  * GPUs only through NVML. It answers the calls Ray 2.60's NvidiaGpuProvider makes.
  *
  * The GPUs a process sees are read, at every call, from the file
- * $RAYLAB_FAKE_NVML_DIR/$RAYLAB_NODE ("head", "worker-1", ...): one line per GPU,
+ * $RAYLAB_FAKE_NVML_DIR/$RAYLAB_NODE ("head", "worker-1", ... on the local backend;
+ * "default" where RAYLAB_NODE is not set, as in a pod): one line per GPU,
  * "<utilization %> <memory used MiB> <memory total MiB>". No file: no GPUs. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,8 @@ static unsigned int load(void) {
     const char *dir = getenv("RAYLAB_FAKE_NVML_DIR"), *node = getenv("RAYLAB_NODE");
     char path[4096];
     unsigned int n = 0;
-    if (!dir || !node) return 0;
+    if (!dir) return 0;
+    if (!node) node = "default";
     snprintf(path, sizeof path, "%s/%s", dir, node);
     FILE *f = fopen(path, "r");
     if (!f) return 0;

@@ -125,8 +125,9 @@ def raycluster_manifest(
         # Explicit, so a resource key other than nvidia.com/gpu still counts as GPUs.
         worker_params["num-gpus"] = str(spec.gpus_per_worker)
     worker = _container(WORKER_CONTAINER, image, spec.cpus, spec.memory, worker_resources)
-    if ray_env:
-        worker["env"] = list(ray_env)
+    worker_env = [*ray_env, *({"name": k, "value": v} for k, v in profile.worker_env.items())]
+    if worker_env:
+        worker["env"] = worker_env
     low, high = (
         (spec.min_workers or 0, spec.max_workers or 0)
         if spec.autoscaling
