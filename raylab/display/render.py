@@ -251,12 +251,11 @@ def usage_table(rows: list[UsageRow], since: float, *, everyone: bool) -> str:
 
 def _used_cells(row: UsageRow) -> list[str]:
     """USED and USED/HELD: '—' where use was never read (logical GPUs, older records);
-    the share is of the held hours whose use was read."""
+    the share is of the held hours whose use was read (one word each: scripts split it)."""
     share = row.used_share
     if share is None:
-        return ["—", "not measured"]
-    partly = "" if row.measured_gpu_hours >= row.gpu_hours - 0.005 else " (of measured)"
-    return [f"{row.used_gpu_hours:.2f}", f"{share:.0%}{partly}"]
+        return ["—", "—"]
+    return [f"{row.used_gpu_hours:.2f}", f"{share:.0%}"]
 
 
 def connect_code(info: ClusterInfo) -> str:

@@ -29,6 +29,7 @@ from raylab.display import render
 from raylab.model import ClusterInfo, IdleState, Phase
 from raylab.service import ClusterService
 from tests.fake_gpu import FakeGpus
+from tests.ledgers import ledgers_put_back
 
 NAME = "gpuse1"
 OWNER = os.environ.get("JUPYTERHUB_USER") or __import__("getpass").getuser()
@@ -140,6 +141,12 @@ def test_a_busy_gpu_is_work_and_shows_in_metrics(cluster: ClusterInfo) -> None:
 def test_used_gpu_hours_are_metered_against_held(
     cluster: ClusterInfo, fake: FakeGpus, shell: InteractiveShell
 ) -> None:
+    # The ledger is the session's: later modules must not be billed for this hour.
+    with ledgers_put_back(service().settings.local_state_dir(), [OWNER]):
+        metered(fake, shell)
+
+
+def metered(fake: FakeGpus, shell: InteractiveShell) -> None:
     fake.set("worker-1", [(100, 40000, 81920), (0, 1000, 81920)])
     reads(50.0)
     clock = Clock(time.time() - HOUR)  # an hour of sweeps, ending now

@@ -29,7 +29,7 @@ from tests.ledgers import HOUR, interval, ledgers_put_back, write_ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = time.time() - 3 * HOUR  # well inside the verb's default 7 days
-HEADER = ["USER", "GPU", "TYPE", "CLUSTERS", "GPU-HOURS"]
+HEADER = ["USER", "GPU", "TYPE", "CLUSTERS", "GPU-HOURS", "USED", "USED/HELD"]
 GONE = {"alice": "local-deleted-of-alice", "bob": "local-deleted-of-bob"}
 
 
@@ -84,7 +84,7 @@ def table(done: subprocess.CompletedProcess[str]) -> list[list[str]]:
 
 def test_each_user_sees_their_own_gpu_hours(alices: ClusterInfo, config_dir: Path) -> None:
     # Bob's ledger billing alice for her cluster does not count: it vouches for bob only.
-    assert table(raylab("alice", config_dir)) == [HEADER, ["alice", "a100", "2", "2.00"]]
+    assert table(raylab("alice", config_dir)) == [HEADER, ["alice", "a100", "2", "2.00", "—", "—"]]
     header, *rows = table(raylab("bob", config_dir))
     assert header == HEADER
     assert [row[0] for row in rows] == ["bob"]
@@ -93,7 +93,7 @@ def test_each_user_sees_their_own_gpu_hours(alices: ClusterInfo, config_dir: Pat
 def test_a_claim_on_another_users_cluster_does_not_count_for_its_writer(
     alices: ClusterInfo, config_dir: Path
 ) -> None:
-    assert table(raylab("bob", config_dir)) == [HEADER, ["bob", "a100", "1", "3.00"]]
+    assert table(raylab("bob", config_dir)) == [HEADER, ["bob", "a100", "1", "3.00", "—", "—"]]
 
 
 def test_all_is_refused_to_a_user_who_is_not_an_admin(
@@ -110,9 +110,9 @@ def test_all_is_refused_to_a_user_who_is_not_an_admin(
 def test_an_admin_sees_everyones_with_a_total(alices: ClusterInfo, config_dir: Path) -> None:
     assert table(raylab("admin", config_dir, "--all")) == [
         HEADER,
-        ["alice", "a100", "2", "2.00"],
-        ["bob", "a100", "1", "3.00"],
-        ["total", "3", "5.00"],
+        ["alice", "a100", "2", "2.00", "—", "—"],
+        ["bob", "a100", "1", "3.00", "—", "—"],
+        ["total", "3", "5.00", "—", "—"],
     ]
     # Without --all, an admin's own (none).
     done = raylab("admin", config_dir)
