@@ -13,6 +13,7 @@ import React from 'react';
 import { ICluster, Phase, dashboardPath } from './clusterApi';
 import { useNow } from './clock';
 import { CommandIDs, Run } from './commandIds';
+import { readsGpuUseOnOpen } from './gpuOpen';
 import { GpuSparkline } from './gpuSparkline';
 import { JobsSection } from './jobs';
 import { JobWatcher } from './jobWatch';
@@ -174,6 +175,33 @@ interface ICardProps {
   run: Run;
   /** Where its jobs come from; null where the server has no job API. */
   jobs: JobWatcher | null;
+  /**
+   * Counts the sidebar's openings (0 while it is hidden): each time the card
+   * is opened (shown, or made readable while shown), `onOpen` gets it.
+   */
+  opened?: number;
+  /** Read its GPU use again (`gpuUseOnOpen`); null where the server cannot. */
+  onOpen?: ((cluster: ICluster) => void) | null;
+}
+
+/**
+ * Call `onOpen` once each time the card is opened: the sidebar shown with it,
+ * or the cluster becoming readable (running, with GPUs) while it is shown.
+ * Not on every change of the cluster, which the event stream brings anyway.
+ */
+function useOnOpen(
+  cluster: ICluster,
+  opened: number,
+  onOpen: ((cluster: ICluster) => void) | null
+): void {
+  const latest = React.useRef(cluster);
+  latest.current = cluster;
+  const readable = readsGpuUseOnOpen(cluster);
+  React.useEffect(() => {
+    if (opened > 0 && readable && onOpen) {
+      onOpen(latest.current);
+    }
+  }, [opened, readable, onOpen]);
 }
 
 /**
@@ -183,6 +211,7 @@ interface ICardProps {
 function ClusterCardView(props: ICardProps): React.ReactElement {
   const { cluster: c, run } = props;
   const [busy, act] = useClusterActions(c, run);
+  useOnOpen(c, props.opened ?? 0, props.onOpen ?? null);
   const deleting = c.phase === 'Deleting';
   const connectable = canConnect(c);
   const phase = phaseText(c);

@@ -276,6 +276,23 @@ export async function keepRunning(
   return reply.cluster;
 }
 
+/**
+ * Read a running cluster's GPU use now (`GET clusters/NAME/gpu-use`, a card
+ * being opened). The server answers a reading of the last few seconds again,
+ * and sends the reading to every open sidebar's event stream.
+ */
+export async function readGpuUse(
+  route: IClusterRoute,
+  settings?: ServerConnection.ISettings
+): Promise<IGpuUse> {
+  const reply = await requestAPI<{ name: string; gpu_use: IGpuUse }>(
+    clusterPath(route, 'gpu-use'),
+    { method: 'GET' },
+    settings
+  );
+  return reply.gpu_use;
+}
+
 /** GPU-hours per user and GPU type (`GET usage`), and per cluster uid. */
 export interface IUsage {
   since: number;

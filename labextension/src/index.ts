@@ -12,6 +12,7 @@ import { CommandIDs } from './commandIds';
 import { registerCommands } from './commands';
 import { DEFAULT_CONFIG, IRaylabConfig, IRaylabContext } from './context';
 import { registerExport } from './export/button';
+import { gpuUseOnOpen, hasGpuUseFeature } from './gpuOpen';
 import { watchIdleWarnings } from './idleWatch';
 import { JobWatcher, hasJobsFeature } from './jobWatch';
 import { ClusterListModel } from './model';
@@ -96,6 +97,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
     void profiles.then(reply => {
       if (reply) {
         sidebar.user = reply.user;
+      }
+      if (reply && hasGpuUseFeature(reply)) {
+        sidebar.onCardOpen = gpuUseOnOpen(serverSettings, reply.namespace);
       }
       if (reply && hasJobsFeature(reply)) {
         sidebar.jobs = new JobWatcher({

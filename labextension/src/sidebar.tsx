@@ -12,7 +12,7 @@ import {
 import React from 'react';
 
 import { ClusterCard } from './card';
-import { IUsage, clusterKey } from './clusterApi';
+import { ICluster, IUsage, clusterKey } from './clusterApi';
 import { useNow } from './clock';
 import { CommandIDs, Run } from './commandIds';
 import { rayClusterIcon } from './icons';
@@ -122,6 +122,8 @@ function ClusterPanel(props: {
   run: Run;
   usage: IUsage | null;
   jobs: JobWatcher | null;
+  opened: number;
+  onOpen: ((cluster: ICluster) => void) | null;
 }): React.ReactElement {
   const { model, run, user } = props;
   const state = React.useSyncExternalStore(
@@ -191,6 +193,8 @@ function ClusterPanel(props: {
               stale={stale}
               run={run}
               jobs={props.jobs}
+              opened={props.opened}
+              onOpen={props.onOpen}
             />
           ))}
         </ul>
@@ -212,6 +216,9 @@ class ClusterListView extends ReactWidget {
   user: IUser | null = null;
   usage: IUsage | null = null;
   jobs: JobWatcher | null = null;
+  /** Counts the sidebar's openings; 0 while it is hidden. */
+  opened = 0;
+  onOpen: ((cluster: ICluster) => void) | null = null;
 
   protected render(): React.ReactElement {
     return (
@@ -221,6 +228,8 @@ class ClusterListView extends ReactWidget {
         run={this._run}
         usage={this.usage}
         jobs={this.jobs}
+        opened={this.opened}
+        onOpen={this.onOpen}
       />
     );
   }
@@ -318,6 +327,18 @@ export class ClusterSidebar extends SidePanel {
     this._list.update();
   }
 
+  /**
+   * What a card calls when it is opened (`gpuUseOnOpen`: its GPU use read
+   * again); null where the server has no such read.
+   */
+  get onCardOpen(): ((cluster: ICluster) => void) | null {
+    return this._list.onOpen;
+  }
+  set onCardOpen(onOpen: ((cluster: ICluster) => void) | null) {
+    this._list.onOpen = onOpen;
+    this._list.update();
+  }
+
   override dispose(): void {
     if (this.isDisposed) {
       return;
@@ -329,12 +350,35 @@ export class ClusterSidebar extends SidePanel {
   protected override onAfterAttach(msg: Message): void {
     super.onAfterAttach(msg);
     this._list.jobs?.start();
+    this._setOpen(this.isVisible);
   }
 
   protected override onBeforeDetach(msg: Message): void {
     this._list.jobs?.stop();
+    this._setOpen(false);
     super.onBeforeDetach(msg);
   }
+
+  protected override onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    this._setOpen(true);
+  }
+
+  protected override onBeforeHide(msg: Message): void {
+    this._setOpen(false);
+    super.onBeforeHide(msg);
+  }
+
+  /** The user opened (or closed) the sidebar: its cards are opened with it. */
+  private _setOpen(open: boolean): void {
+    const opened = open ? ++this._openings : 0;
+    if (opened !== this._list.opened) {
+      this._list.opened = opened;
+      this._list.update();
+    }
+  }
+
+  private _openings = 0;
 
   private readonly _list: ClusterListView;
 }

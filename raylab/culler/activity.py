@@ -120,6 +120,8 @@ class ActivityReader:
         except RaylabError as exc:
             return GpuUse("unknown", now, f"cannot reach the dashboard: {exc.message}")
         except _Unreadable as exc:
+            if exc.refused:
+                self.forget(info)  # a new token (after a resume): read it again next time
             return GpuUse("unknown", now, str(exc))
 
     def _read(

@@ -8,6 +8,7 @@ total) makes the whole reading "unknown": it is never stored or shown as a numbe
 
 from __future__ import annotations
 
+import bisect
 import math
 import threading
 from collections import deque
@@ -96,16 +97,36 @@ class UseHistory:
         self.keep_s = keep_s
         self._points: dict[str, deque[tuple[float, float]]] = {}
         self._lock = threading.Lock()
+        self._pruned_at = float("-inf")
 
     def add(self, uid: str, use: GpuUse) -> GpuUse:
-        """Record a reading; returns it with the cluster's history attached."""
+        """Record a reading; returns it with the cluster's history attached.
+
+        A sweep's readings and those read when a card is opened (server/gpu_use.py) go
+        into the same line, in time order: one taken while a sweep ran may come in after
+        the sweep's, which was taken at the sweep's start.
+        """
         with self._lock:
             points = self._points.setdefault(uid, deque())
             if use.measured:
-                points.append((use.at, use.utilization))
+                point = (use.at, use.utilization)
+                if not points or points[-1][0] <= use.at:
+                    points.append(point)
+                else:
+                    points.insert(bisect.bisect_right(points, point), point)
             while points and points[0][0] < use.at - self.keep_s:
                 points.popleft()
+            self._forget_stale(use.at)
             return use.with_history(tuple(points))
+
+    def _forget_stale(self, now: float) -> None:
+        """Lines with no point in the last hour, now and then: whoever reads on demand
+        (with no sweep's `keep_only`) never holds the lines of deleted clusters for long."""
+        if now - self._pruned_at < self.keep_s:
+            return
+        self._pruned_at = now
+        for uid in [u for u, p in self._points.items() if not p or p[-1][0] < now - self.keep_s]:
+            del self._points[uid]
 
     def keep_only(self, uids: set[str]) -> None:
         """Forget clusters no longer seen (deleted ones)."""

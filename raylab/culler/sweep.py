@@ -46,6 +46,13 @@ class SweepReport:
     seconds: float = 0.0
 
 
+def busy_percent(settings: Settings) -> float:
+    """The percent at or above which a GPU counts as busy (`c.Raylab.gpu_busy_percent`,
+    the default where it is out of range)."""
+    busy = settings.options.gpu_busy_percent
+    return busy if 0 < busy <= 100 else BUSY_PERCENT
+
+
 class Culler:
     def __init__(
         self,
@@ -187,10 +194,9 @@ class Culler:
     def rule(self, info: ClusterInfo) -> Rule:
         """What counts as work on this cluster, as the admin configured it."""
         o = self.settings.options
-        busy = o.gpu_busy_percent
         kernels = o.connected_kernel_is_work
         return Rule(
-            busy_percent=busy if 0 < busy <= 100 else BUSY_PERCENT,
+            busy_percent=busy_percent(self.settings),
             kernel_is_work="*" in kernels or info.spec.gpu_type in kernels,
             # A kernel stamps a running cell once a minute; a sweep may come just before.
             cell_window_s=CELL_STAMP_S + max(1.0, o.cull_interval_seconds) + 30.0,

@@ -133,11 +133,28 @@ class ClusterCache:
         self._hand_over(self._apply_refresh, (key, started, info))
 
     def set_gpu_use(self, uses: dict[str, GpuUse]) -> None:
-        """A sweep's readings (on the loop): each running cluster shows its own."""
-        self.gpu_use = dict(uses)
+        """A sweep's readings (on the loop): each running cluster shows its own. A reading
+        taken since, when a card was opened, stays (with the sweep's line, which holds
+        it): the sweep read at its start."""
+        fresh = {}
+        for uid, use in uses.items():
+            now = self.gpu_use.get(uid)
+            fresh[uid] = now.with_history(use.history) if now and now.at > use.at else use
+        self.gpu_use = fresh
         for info in list(self.clusters.values()):
             if info.uid in uses or info.gpu_use is not None:
                 self._apply(ClusterEvent("MODIFIED", info))
+
+    def set_cluster_gpu_use(self, info: ClusterInfo, use: GpuUse) -> None:
+        """One cluster's reading, taken when its card was opened (on the loop): every
+        open sidebar shows it at once. An older one than the cache holds is dropped."""
+        held = self.gpu_use.get(info.uid)
+        if not info.uid or (held is not None and held.at > use.at):
+            return
+        self.gpu_use[info.uid] = use
+        current = self.clusters.get(cache_key(info.namespace or self.home, info.name))
+        if current is not None and current.uid == info.uid:
+            self._apply(ClusterEvent("MODIFIED", current))
 
     def status(self) -> Message:
         body = {"type": "STATUS", "available": self.error is None, "error": self.error}

@@ -9,6 +9,9 @@ from jupyter_server.utils import url_path_join
 
 from ..backends import make_backend
 from ..config import Raylab, Settings
+from ..culler.activity import ActivityReader
+from ..culler.gpu_use import UseHistory
+from ..culler.sweep import busy_percent
 from ..identity import current_groups, current_user, is_admin
 from .cache import ClusterCache
 from .culling import ServerCuller
@@ -16,10 +19,12 @@ from .dashboard import DashboardKeyHandler, DashboardProxyHandler
 from .dashboard_keys import MARK, DashboardKeys
 from .events import EventsHandler
 from .export import ExportHandler
+from .gpu_use import GpuUseReads
 from .handlers import (
     CapacityHandler,
     ClusterHandler,
     ClustersHandler,
+    GpuUseHandler,
     JobLogsHandler,
     JobsHandler,
     KeepRunningHandler,
@@ -45,6 +50,8 @@ ROUTES: list[tuple[str, Any]] = [
     (url_path_join("clusters", NAME), ClusterHandler),
     (url_path_join("clusters", NAME, "logs"), LogsHandler),
     (url_path_join("clusters", NAME, "keep-running"), KeepRunningHandler),
+    # The home namespace's only: a cluster's token is read there (as the dashboard's).
+    (url_path_join("clusters", NAME, "gpu-use"), GpuUseHandler),
     (url_path_join("clusters", NAME, "jobs"), JobsHandler),
     (url_path_join("clusters", NAME, "jobs", r"(?P<job>[^/]+)", "logs"), JobLogsHandler),
     (IN_NAMESPACE, ClusterHandler),
@@ -88,12 +95,25 @@ class RaylabExtension(ExtensionApp):
         if settings.options.culler == "server":
             self.server_culler = ServerCuller(cache, settings, self.log)
         web_app: Any = self.serverapp.web_app
+        web_app.settings["raylab_gpu_use"] = self._gpu_use_reads(settings)
         web_app.settings["raylab_settings"] = settings
         web_app.settings["raylab_cache"] = self.cache
         web_app.settings["raylab_dashboard_keys"] = DashboardKeys()
         base = url_path_join(web_app.settings["base_url"], PREFIX)
         web_app.add_handlers(".*$", [(url_path_join(base, p), h) for p, h in ROUTES])
         self.log.info("raylab: serving %s (backend %s)", base, settings.backend)
+
+    def _gpu_use_reads(self, settings: Settings) -> GpuUseReads:
+        """Cards' reads share the culler's tokens and its line of the last hour."""
+        assert self.cache is not None
+        culler = self.server_culler.culler if self.server_culler is not None else None
+        if culler is not None:
+            reader, history = culler.reader, culler.history
+        else:
+            o = settings.options
+            reader = ActivityReader(self.cache.backend, 3.0, o.culler_dashboard_url)
+            history = UseHistory()
+        return GpuUseReads(reader, history, busy_percent(settings))
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         # The cache starts on the first request; the culler needs it from the start.

@@ -29,7 +29,7 @@ from .strict_json import parse_body
 AUTH_RESOURCE = "raylab"
 # Endpoints beyond the cluster API that this server has; the frontend shows their buttons
 # only when listed in the profiles reply (it fetches that reply at start-up anyway).
-FEATURES = ("export", "usage", "keep-running", "jobs", "capacity")
+FEATURES = ("export", "usage", "keep-running", "jobs", "capacity", "gpu-use")
 T = TypeVar("T")
 
 
@@ -250,6 +250,24 @@ class KeepRunningHandler(RaylabHandler):
         metrics.KEEP_RUNNING.inc()
         await self.blocking(self.cache.refresh, name, ns)
         self.reply({"cluster": self.as_json(info)})
+
+
+class GpuUseHandler(RaylabHandler):
+    """`GET clusters/NAME/gpu-use`: its GPUs' use read now (a card being opened), at most
+    once per few seconds per cluster (server/gpu_use.py); every open sidebar gets it too.
+    The owner's or an admin's; a 409 for a cluster not running or without GPUs."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, name: str) -> None:
+        from .gpu_use import GpuUseReads
+
+        await self.cache.wait_synced()
+        info = self.find(name)
+        reads: GpuUseReads = self.settings["raylab_gpu_use"]
+        use = await self.blocking(reads.read, info)
+        self.cache.set_cluster_gpu_use(info, use)
+        self.reply({"name": name, "gpu_use": use.to_json()})
 
 
 class UsageHandler(RaylabHandler):

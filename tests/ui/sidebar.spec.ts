@@ -451,6 +451,28 @@ test("a cluster's GPU use: figures, the last hour's line, the overview's counts"
   );
   await expect(line.locator('title')).toHaveText(/^GPU use \d+% at \d\d:\d\d$/);
 
+  // Opening the sidebar again opens the card: its GPU use is read now (not at
+  // the culler's next sweep), once, and the reading comes back measured.
+  await page.locator('.jp-SideBar [data-id="filebrowser"]').click();
+  await expect(page.locator('#raylab-clusters')).toBeHidden();
+  const reads: string[] = [];
+  page.on('request', r => {
+    if (r.url().includes('/gpu-use')) {
+      reads.push(r.url());
+    }
+  });
+  // (JupyterLab adds a cache-busting query to each GET.)
+  const read = page.waitForResponse(r =>
+    new URL(r.url()).pathname.endsWith('/raylab/clusters/ui-gpu/gpu-use')
+  );
+  await openSidebar(page);
+  const reply = await read;
+  expect(reply.status()).toBe(200);
+  const body = (await reply.json()) as { gpu_use: { state: string } };
+  expect(body.gpu_use.state).toBe('measured');
+  await page.waitForTimeout(1000);
+  expect(reads).toHaveLength(1);
+
   // The overview: one GPU busy (87 % is above the 5 % threshold), one idle, and
   // the same for its owner, whose only cluster it is.
   const panel = await openSidebar(page);
