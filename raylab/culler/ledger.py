@@ -67,10 +67,9 @@ class Interval:
         return max(0.0, min(self.end, until) - max(self.start, since)) / length
 
     def to_json(self) -> dict[str, Any]:
-        body = asdict(self)
-        body["start"], body["end"] = round(self.start, 3), round(self.end, 3)
-        body["used"], body["measured"] = round(self.used, 3), round(self.measured, 3)
-        return body
+        # Unrounded: the same stretch written again by a later flush must read back with
+        # the same start, and its use within what it held (JSON floats round-trip).
+        return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Interval:
@@ -88,7 +87,8 @@ class Interval:
         """Use as stored, if it can be true; else not measured (a ledger is the user's
         own file: a forged figure is dropped, never counted)."""
         u, m = _figure(used), _figure(measured)
-        if u is None or m is None or u > m + 1e-6 or m > self.gpu_seconds + 1e-3:
+        slack = 1e-6 * max(1.0, self.gpu_seconds)  # float sums, not a forgery
+        if u is None or m is None or u > m + slack or m > self.gpu_seconds + slack:
             return self
         return replace(self, used=u, measured=m)
 

@@ -110,3 +110,15 @@ def test_old_records_read_and_forged_figures_are_dropped(tmp_path: Path) -> None
         path.write_text(json.dumps(case) + "\n")
         held, used, measured = rows(ledger)
         assert (held, used, measured) == (pytest.approx(2.0), 0.0, 0.0), case
+
+
+def test_flushes_of_a_clock_with_fractions_keep_every_measured_second(tmp_path: Path) -> None:
+    # Each flush writes the open stretch again; read back, it must be the same stretch
+    # (no rounding of its start) and its use within what it held.
+    ledger = LocalLedger(tmp_path)
+    m = Meter(ledger, flush_s=300, retention_s=90 * 86400, max_gap_s=420)
+    start = T0 + 0.1224453
+    for k in range(61):
+        m.observe([cluster()], start + 60 * k, use(100, 0))
+    m.flush(start + HOUR)
+    assert rows(ledger) == (pytest.approx(2.0), pytest.approx(1.0), pytest.approx(2.0))
