@@ -11,8 +11,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterable
 from pathlib import Path
+
+from raylab.model import ClusterInfo
+from raylab.service import ClusterService
 
 HERE = Path(__file__).parent
 LIBRARY = "libnvidia-ml.so.1"
@@ -49,3 +53,20 @@ class FakeGpus:
         tmp = self.figures / f".{node}.tmp"
         tmp.write_text(lines)
         tmp.replace(self.figures / node)  # whole, never half-written, for the reader
+
+
+def served(service: ClusterService, name: str, utilization: float | None,
+           timeout: float = 120) -> ClusterInfo:  # fmt: skip
+    """The cluster once its dashboard serves this mean utilization (None: no GPUs at all):
+    Ray's reporter samples on its own period (5 s by default)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        info = service.with_gpu_use([service.get(name)])[0]
+        use = info.gpu_use
+        assert use is not None
+        if utilization is None and use.state == "not_measured":
+            return info
+        if utilization is not None and use.measured and use.utilization == utilization:
+            return info
+        assert time.monotonic() < deadline, f"the dashboard never showed {utilization}: {use}"
+        time.sleep(1)

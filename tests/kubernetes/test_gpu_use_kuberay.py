@@ -30,24 +30,14 @@ from raylab.culler.sweep import Culler
 from raylab.display import render
 from raylab.model import ClusterInfo, IdleState, Phase
 from raylab.service import ClusterService
-from tests.fake_gpu import FakeGpus
+from tests.clock import Clock
+from tests.fake_gpu import FakeGpus, served
 
 from .kuberay_support import grant, is_ready, new_namespace, settings, wait_info
 
 NAME = "gpu-use"
 OWNER = "alice"
 HOUR = 3600.0
-
-
-class Clock:
-    def __init__(self, start: float) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture(scope="module")
@@ -93,19 +83,8 @@ def cluster(alice: ClusterService) -> ClusterInfo:
     return wait_info(alice.backend, NAME, is_ready, "Ready", timeout=300)  # type: ignore[arg-type]
 
 
-def reads(alice: ClusterService, utilization: float | None, timeout: float = 120) -> ClusterInfo:
-    """The cluster once its dashboard serves this mean utilization (None: no GPUs)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        info = alice.with_gpu_use([alice.get(NAME)])[0]
-        use = info.gpu_use
-        assert use is not None
-        if utilization is None and use.state == "not_measured":
-            return info
-        if utilization is not None and use.measured and use.utilization == utilization:
-            return info
-        assert time.monotonic() < deadline, f"the dashboard never showed {utilization}: {use}"
-        time.sleep(1)
+def reads(alice: ClusterService, utilization: float | None) -> ClusterInfo:
+    return served(alice, NAME, utilization)
 
 
 def test_the_card_shows_the_worker_pods_gpu_use(

@@ -28,7 +28,8 @@ from raylab.culler.sweep import Culler
 from raylab.display import render
 from raylab.model import ClusterInfo, IdleState, Phase
 from raylab.service import ClusterService
-from tests.fake_gpu import FakeGpus
+from tests.clock import Clock
+from tests.fake_gpu import FakeGpus, served
 from tests.ledgers import ledgers_put_back
 
 NAME = "gpuse1"
@@ -36,17 +37,6 @@ OWNER = os.environ.get("JUPYTERHUB_USER") or __import__("getpass").getuser()
 CONFIG = {"idle_suspend_minutes": {"a100": 2}, "idle_warning_minutes": 1}
 HOUR = 3600.0
 BUSY = [(87, 61000, 81920), (2, 1000, 81920)]  # one busy GPU, one resting
-
-
-class Clock:
-    def __init__(self, start: float) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def service() -> ClusterService:
@@ -86,20 +76,8 @@ def made(svc: ClusterService) -> Iterator[ClusterInfo]:
             svc.delete(NAME)
 
 
-def reads(utilization: float | None, timeout: float = 90) -> ClusterInfo:
-    """The cluster once the dashboard serves this mean utilization (None: no GPUs):
-    Ray's reporter samples on its own period."""
-    deadline = time.monotonic() + timeout
-    while True:
-        info = service().with_gpu_use([current()])[0]
-        use = info.gpu_use
-        assert use is not None
-        if utilization is None and use.state == "not_measured":
-            return info
-        if utilization is not None and use.measured and use.utilization == utilization:
-            return info
-        assert time.monotonic() < deadline, f"the dashboard never showed {utilization}: {use}"
-        time.sleep(1)
+def reads(utilization: float | None) -> ClusterInfo:
+    return served(service(), NAME, utilization)
 
 
 def magic(shell: InteractiveShell, line: str) -> str:

@@ -41,23 +41,13 @@ from raylab.kernel import driver_watch
 from raylab.kernel.connect import connected_cluster
 from raylab.model import ClusterInfo, IdleState, Phase
 from raylab.service import ClusterService
+from tests.clock import Clock
 
 NAME = "idle1"
 OWNER = os.environ.get("JUPYTERHUB_USER") or __import__("getpass").getuser()
 # CPU clusters are never suspended by default; here after 2 min idle, warned 1 min ahead.
 CONFIG = {"idle_suspend_minutes": {"cpu": 2}, "idle_warning_minutes": 1}
 HOUR = 3600.0
-
-
-class Clock:
-    def __init__(self, start: float | None = None) -> None:
-        self.now = time.time() if start is None else start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def settings() -> Settings:
