@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import weakref
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -67,6 +69,9 @@ class NotebookOutput:
         return progress_view(info, started)
 
 
+_HOOKED: weakref.WeakKeyDictionary[Any, RayclusterMagics] = weakref.WeakKeyDictionary()
+
+
 @magics_class
 class RayclusterMagics(Magics):
     def __init__(self, shell: Any) -> None:
@@ -75,13 +80,29 @@ class RayclusterMagics(Magics):
             NotebookOutput(), prog="%raycluster", may_connect=True,
             cells=lambda: [str(c) for c in shell.user_ns.get("In", [])],
         )  # fmt: skip
-        shell.events.register("pre_run_cell", self._lost_head)
-        shell.events.register("post_run_cell", self._lost_head)
-        shell.events.register("post_run_cell", self._after_cell)
         # A running cell is work: the cullers do not suspend its cluster meanwhile.
-        self.cell_stamps = CellStamps(self.commands.mark_cell)
-        shell.events.register("pre_run_cell", self.cell_stamps.pre_run_cell)
-        shell.events.register("post_run_cell", self.cell_stamps.post_run_cell)
+        self.cell_stamps = CellStamps(_connected_cluster, self.commands.mark_cell)
+        self._hooks: list[tuple[str, Callable[..., None]]] = [
+            ("pre_run_cell", self._lost_head),
+            ("post_run_cell", self._lost_head),
+            ("post_run_cell", self._after_cell),
+            ("pre_run_cell", self.cell_stamps.pre_run_cell),
+            ("post_run_cell", self.cell_stamps.post_run_cell),
+        ]
+        # One set of cell hooks per shell, the newest magics' (a magics made again, with
+        # another user's settings, must not leave the old one answering a lost head).
+        previous = _HOOKED.get(shell)
+        if previous is not None:
+            previous._unhook()
+        _HOOKED[shell] = self
+        for event, hook in self._hooks:
+            shell.events.register(event, hook)
+
+    def _unhook(self) -> None:
+        shell: Any = self.shell
+        for event, hook in self._hooks:
+            with contextlib.suppress(ValueError):
+                shell.events.unregister(event, hook)
 
     @line_cell_magic
     def raycluster(self, line: str, cell: str | None = None) -> Any:
@@ -140,6 +161,12 @@ class RayclusterMagics(Magics):
                 self.commands.add_requirements(requirements)
         except RaylabError as exc:
             print(f"Warning: not added to the cluster: {exc.message}", file=sys.stderr)
+
+
+def _connected_cluster() -> str | None:
+    from .kernel.connect import connected_cluster  # on first use: `%load_ext` stays quick
+
+    return connected_cluster()
 
 
 __all__ = ["RayclusterMagics", "in_notebook"]

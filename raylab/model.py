@@ -440,6 +440,9 @@ class Usage:
 
 
 GpuUseState = Literal["measured", "not_measured", "unknown"]
+# A kernel stamps `cell_at` at most this often while cells run (kernel/cell_stamps.py);
+# the cullers count a stamp that recent, plus a sweep, as a running cell.
+CELL_STAMP_S = 60.0
 _GPU_USE_STATES = ("measured", "not_measured", "unknown")
 BUSY_PERCENT = 5.0  # c.Raylab.gpu_busy_percent's default: a GPU at or above it is busy
 

@@ -490,19 +490,13 @@ class Commands:
         )
         self._connected_backend = backend
 
-    def mark_cell(self, at: float) -> bool:
-        """Stamp the cluster this kernel is connected to with a running cell (called
-        from a background thread; False when connected to none)."""
-        from ..kernel.connect import connected_cluster
-
-        name = connected_cluster()
-        if name is None:
-            return False
+    def mark_cell(self, cluster: str, at: float) -> None:
+        """Stamp `cluster`, which this kernel drives, with a running cell (called from a
+        background thread: kernel/cell_stamps.py)."""
         which = self._connected_backend or self.settings.backend
         if self._stamp_backend is None or self._stamp_backend[0] != which:
             self._stamp_backend = (which, make_backend(which, self.settings))  # made once
-        self._stamp_backend[1].mark_cell(name, at)
-        return True
+        self._stamp_backend[1].mark_cell(cluster, at)
 
     def _say_pip(self, prepared: Prepared) -> None:
         pip = prepared.runtime_env.get("pip")

@@ -35,7 +35,7 @@ from typing import Any, Literal
 from ..auth import PROXY_HEADER, bearer
 from ..backends.base import Backend
 from ..errors import RaylabError
-from ..model import BUSY_PERCENT, ClusterInfo, GpuUse, clock_text
+from ..model import BUSY_PERCENT, CELL_STAMP_S, ClusterInfo, GpuUse, clock_text
 from .gpu_use import SUMMARY, parse_summary
 
 State = Literal["active", "idle", "unknown"]
@@ -48,8 +48,6 @@ RUNNING_JOBS = (
     "&filter_keys=state&filter_predicates=%3D&filter_values=ALIVE&limit=5&detail=false&timeout=5"
 )
 DRIVERS = "/api/component_activities?timeout=5"
-# A kernel stamps at most this often while a cell runs (kernel/cell_stamps.py).
-CELL_STAMP_S = 60.0
 # Past this, a stamp from the future is not believed (a clock skew is smaller).
 FUTURE_SLACK_S = 120.0
 JOB_PREFIX = "_ray_internal_job_actor_"

@@ -21,8 +21,8 @@ from .. import metrics
 from ..backends.base import Backend
 from ..config import Settings
 from ..errors import RaylabError
-from ..model import BUSY_PERCENT, ClusterInfo, GpuUse, IdleState, Phase
-from .activity import CELL_STAMP_S, Activity, ActivityReader, Rule
+from ..model import BUSY_PERCENT, CELL_STAMP_S, ClusterInfo, GpuUse, IdleState, Phase
+from .activity import Activity, ActivityReader, Rule
 from .gpu_use import UseHistory
 from .ledger import Meter
 from .ledger_store import store_for

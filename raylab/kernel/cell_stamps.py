@@ -15,18 +15,24 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from ..culler.activity import CELL_STAMP_S
+from ..model import CELL_STAMP_S
 
 _log = logging.getLogger("raylab")
 
-Mark = Callable[[float], bool]  # stamps the connected cluster; False: not connected
+Mark = Callable[[str, float], None]  # stamps this cluster with a cell at this time
 
 
 class CellStamps:
-    def __init__(self, mark: Mark, every_s: float = CELL_STAMP_S) -> None:
+    def __init__(
+        self, connected: Callable[[], str | None], mark: Mark, every_s: float = CELL_STAMP_S
+    ) -> None:
+        self._connected = connected  # the cluster this kernel drives now, if any
         self._mark = mark
         self.every_s = every_s
-        self._last = float("-inf")  # monotonic time of the last stamp sent
+        # The last stamp sent (monotonic) and its cluster: a kernel that connects to
+        # another cluster stamps that one at its next cell, not a minute later.
+        self._last = float("-inf")
+        self._last_cluster: str | None = None
         self._running = threading.Event()
         self._lock = threading.Lock()
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="raylab-cell-stamp")
@@ -53,18 +59,20 @@ class CellStamps:
                 self._stamp()
 
     def _stamp(self) -> None:
+        cluster = self._connected()
+        if cluster is None:
+            return
         with self._lock:
             now = time.monotonic()
-            if self._pending or now - self._last < self.every_s:
+            recent = cluster == self._last_cluster and now - self._last < self.every_s
+            if self._pending or recent:
                 return
-            self._last, self._pending = now, True
-        self._writer.submit(self._write, time.time())
+            self._last, self._last_cluster, self._pending = now, cluster, True
+        self._writer.submit(self._write, cluster, time.time())
 
-    def _write(self, at: float) -> None:
+    def _write(self, cluster: str, at: float) -> None:
         try:
-            if not self._mark(at):
-                with self._lock:
-                    self._last = float("-inf")  # not connected: the next connect stamps
+            self._mark(cluster, at)
         except Exception as exc:  # a stamp is a hint; the cell never hears of it
             _log.debug("raylab: could not stamp the cluster with a running cell: %s", exc)
         finally:

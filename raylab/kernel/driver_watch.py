@@ -98,6 +98,12 @@ def _main_waits_in_ray() -> bool:
     return False
 
 
+def lost_pending() -> str | None:
+    """The cluster whose loss is recorded and not yet reported (None: none)."""
+    with _lost_lock:
+        return _lost.cluster if _lost is not None else None
+
+
 def take_lost() -> Lost | None:
     """The loss not yet reported (then forgotten: it is reported once)."""
     global _lost

@@ -373,9 +373,11 @@ def test_the_culler_suspends_a_running_queued_cluster_through_kueue(
         assert alice.backend.update_idle("idle16", warned)
         done = IdleState(since=now - 3600, suspended_at=now)
         assert alice.backend.update_idle("idle16", done, expected=warned, suspend=True)
-        out = "suspended: no pods running, out of Kueue queue team"
-        until(alice, "idle16", lambda i: i.phase == Phase.SUSPENDED and i.reason.startswith(out),
-              "suspended by the culler")  # fmt: skip
+        # Why (the culler's word) and where (out of its queue), on every door.
+        why, where = "suspended after 60 min idle at ", ", out of Kueue queue team"
+        until(alice, "idle16",
+              lambda i: i.phase == Phase.SUSPENDED and i.reason.startswith(why)
+              and i.reason.endswith(where), "suspended by the culler")  # fmt: skip
         until(bob, "next8", lambda i: i.phase == Phase.READY, "Ready on the freed GPUs", 90)
         # Kueue has had its turn: it evicted the deactivated Workload, gave its quota to
         # next8, and its queue holds nothing pending, idle16 included.

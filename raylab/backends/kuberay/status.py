@@ -109,8 +109,10 @@ def cluster_info(
         )
     idle = idle_from_annotation(annotations.get(IDLE_ANNOTATION))
     reason = status.reason
-    if status.phase == Phase.SUSPENDED:
-        reason = suspension_reason(idle) or reason
+    if status.phase == Phase.SUSPENDED and idle.suspended_at is not None:
+        # The culler's word on why, and Kueue's on where it stands (out of its queue).
+        _, queued, where = reason.partition(", out of Kueue queue ")
+        reason = suspension_reason(idle) + (f", out of Kueue queue {where}" if queued else "")
     return ClusterInfo(
         name=name,
         owner=str(annotations.get(OWNER_ANNOTATION) or labels.get(OWNER_LABEL) or ""),
