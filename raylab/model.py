@@ -117,6 +117,10 @@ class Phase(StrEnum):
         return self in (Phase.READY, Phase.FAILED, Phase.SUSPENDED)
 
 
+# Its head up and serving: where activity and GPU use are read, and a cluster can idle.
+RUNNING_PHASES = frozenset({Phase.READY, Phase.DEGRADED})
+
+
 @dataclass(frozen=True)
 class Endpoints:
     client: str | None = None  # ray://host:port for Ray Client

@@ -26,7 +26,15 @@ from .errors import (
     WaitTimeout,
 )
 from .identity import may_see
-from .model import Capacity, ClusterEnvironment, ClusterInfo, IdleState, Phase, Usage
+from .model import (
+    RUNNING_PHASES,
+    Capacity,
+    ClusterEnvironment,
+    ClusterInfo,
+    IdleState,
+    Phase,
+    Usage,
+)
 from .request_fields import whole_number
 from .spec import (
     MAX_WORKERS,
@@ -114,7 +122,7 @@ class ClusterService:
 
         clusters = list(clusters)
         todo = [c for c in clusters if c.quota_gpus and c.head_ready
-                and c.phase in (Phase.READY, Phase.DEGRADED)]  # fmt: skip
+                and c.phase in RUNNING_PHASES]  # fmt: skip
         if not todo:
             return clusters
         options = self.settings.options

@@ -114,7 +114,7 @@ class ActivityReader:
             token = self._token(info)
             if not address:
                 return GpuUse("unknown", now, "the cluster has no dashboard address")
-            return _said(info, parse_summary(self._get(address, SUMMARY, token), now, busy_percent))
+            return self._gpu_use(info, address, token, now, busy_percent)
         except RaylabError as exc:
             return GpuUse("unknown", now, f"cannot reach the dashboard: {exc.message}")
         except _Unreadable as exc:
@@ -127,8 +127,7 @@ class ActivityReader:
     ) -> Activity:
         use = None
         if info.quota_gpus > 0:
-            use = _said(info, parse_summary(self._get(address, SUMMARY, token), now,
-                                            rule.busy_percent))  # fmt: skip
+            use = self._gpu_use(info, address, token, now, rule.busy_percent)
         cell = info.cell_at
         if cell is not None and now - rule.cell_window_s <= cell <= now + FUTURE_SLACK_S:
             return Activity("active", f"a notebook cell ran at {clock_text(cell, now)}", use)
@@ -150,6 +149,12 @@ class ActivityReader:
             if active == "ACTIVE":
                 return Activity("active", "a driver is connected (a notebook kernel or job)", use)
         return Activity("idle", "", use)
+
+    def _gpu_use(
+        self, info: ClusterInfo, address: str, token: str | None, now: float, busy: float
+    ) -> GpuUse:
+        """The GPUs as the dashboard's node summary has them: one request."""
+        return _said(info, parse_summary(self._get(address, SUMMARY, token), now, busy))
 
     def _unknown(self, info: ClusterInfo, now: float, why: str) -> Activity:
         use = GpuUse("unknown", now, why) if info.quota_gpus > 0 else None

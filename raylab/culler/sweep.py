@@ -21,7 +21,14 @@ from .. import metrics
 from ..backends.base import Backend
 from ..config import Settings
 from ..errors import RaylabError
-from ..model import BUSY_PERCENT, CELL_STAMP_S, ClusterInfo, GpuUse, IdleState, Phase
+from ..model import (
+    BUSY_PERCENT,
+    CELL_STAMP_S,
+    RUNNING_PHASES,
+    ClusterInfo,
+    GpuUse,
+    IdleState,
+)
 from .activity import Activity, ActivityReader, Rule
 from .gpu_use import UseHistory
 from .ledger import Meter
@@ -29,7 +36,6 @@ from .ledger_store import store_for
 from .rules import Action, Policy, decide, policy_for
 
 log = logging.getLogger("raylab.culler")
-RUNNING = frozenset({Phase.READY, Phase.DEGRADED})
 
 
 @dataclass
@@ -88,7 +94,7 @@ class Culler:
         now = self.clock()
         mine = [c for c in clusters if self.owner is None or c.owner == self.owner]
         report = SweepReport(clusters=len(mine))
-        todo = [(c, self._policy(c)) for c in mine if c.phase in RUNNING and c.head_ready]
+        todo = [(c, self._policy(c)) for c in mine if c.phase in RUNNING_PHASES and c.head_ready]
         todo = [(c, p) for c, p in todo if p.limit_s > 0 or c.idle != IdleState() or c.quota_gpus]
         with ThreadPoolExecutor(min(self.parallel, max(1, len(todo)))) as pool:
             activities = list(pool.map(lambda cp: self._read(cp[0], cp[1].limit_s, now), todo))
@@ -186,7 +192,7 @@ class Culler:
         """The clusters with their GPU use as this culler last read it."""
         return [
             replace(c, gpu_use=self.gpu_use[c.uid])
-            if c.uid in self.gpu_use and c.phase in RUNNING
+            if c.uid in self.gpu_use and c.phase in RUNNING_PHASES
             else c
             for c in clusters
         ]

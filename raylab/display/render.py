@@ -9,6 +9,7 @@ import html
 import time
 
 from ..model import (
+    RUNNING_PHASES,
     ClusterEnvironment,
     ClusterInfo,
     GpuUse,
@@ -35,7 +36,7 @@ def suspended_text(info: ClusterInfo, now: float | None = None) -> str:
 def idle_text(info: ClusterInfo, now: float | None = None) -> str:
     """'idle for 50 min; suspends at 14:05', 'activity unknown since 14:05 (why)', or ''."""
     idle, now = info.idle, now or time.time()
-    if info.phase not in (Phase.READY, Phase.DEGRADED):
+    if info.phase not in RUNNING_PHASES:
         return suspended_text(info, now)
     if idle.unknown_since is not None:
         why = f" ({idle.unknown_reason})" if idle.unknown_reason else ""
@@ -222,7 +223,7 @@ def connection_text(info: ClusterInfo) -> str:
 
 def keep_running_hint(info: ClusterInfo, prog: str = "%raycluster") -> str:
     """What a warned owner can do ('' unless a suspension is announced)."""
-    if info.idle.suspend_at is None or info.phase not in (Phase.READY, Phase.DEGRADED):
+    if info.idle.suspend_at is None or info.phase not in RUNNING_PHASES:
         return ""
     return f"`{prog} keep {info.name}` keeps it running (or use it: any job or kernel)"
 

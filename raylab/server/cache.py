@@ -23,13 +23,12 @@ from typing import Any
 
 from ..backends.base import Backend, ClusterEvent
 from ..errors import RaylabError
-from ..model import ClusterInfo, GpuUse, Phase
+from ..model import RUNNING_PHASES, ClusterInfo, GpuUse
 from .paths import dashboard_path
 
 Message = dict[str, Any]
 # How long the watch's word on a deleted cluster is kept: longer than any refresh lasts.
 FORGET_DELETED_S = 300.0
-RUNNING = frozenset({Phase.READY, Phase.DEGRADED})
 
 
 def cache_key(namespace: str | None, name: str) -> str:
@@ -235,7 +234,7 @@ class ClusterCache:
                 return
             text = self.texts.pop(key)
         else:
-            use = self.gpu_use.get(info.uid) if info.phase in RUNNING else None
+            use = self.gpu_use.get(info.uid) if info.phase in RUNNING_PHASES else None
             info = replace(info, gpu_use=use)
             if before == info:
                 return  # a re-list or resync that changed nothing

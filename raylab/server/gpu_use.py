@@ -16,15 +16,14 @@ from collections.abc import Callable
 from ..culler.activity import ActivityReader
 from ..culler.gpu_use import UseHistory
 from ..errors import Conflict
-from ..model import ClusterInfo, GpuUse, Phase
+from ..model import RUNNING_PHASES, ClusterInfo, GpuUse
 
 FRESH_S = 5.0  # a reading this recent is answered again, not read again
-RUNNING = frozenset({Phase.READY, Phase.DEGRADED})
 
 
 def check_readable(info: ClusterInfo) -> None:
     """A cluster whose GPUs can be read now; else a 409 saying why (as keep-running's)."""
-    if info.phase not in RUNNING:
+    if info.phase not in RUNNING_PHASES:
         raise Conflict(
             f"cluster {info.name!r} is {info.phase}: its GPU use is read while it runs",
             detail="the card shows it again once the cluster is Ready",
