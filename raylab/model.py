@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Literal
 
+from .serving.model import ServeApps
 from .spec import ClusterSpec
 
 
@@ -308,6 +309,8 @@ class ClusterInfo:
     # Its GPUs' use as last read (None: not read here). Never stored on the cluster:
     # whoever reads it (a culler, the server, a kernel's card) holds it.
     gpu_use: GpuUse | None = None
+    # Its Ray Serve apps as last read (None: not read here); like gpu_use, never stored.
+    serve: ServeApps | None = None
 
     @property
     def quota_gpus(self) -> int:
@@ -328,6 +331,7 @@ class ClusterInfo:
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["gpu_use"] = self.gpu_use.to_json() if self.gpu_use is not None else None
+        out["serve"] = self.serve.to_json() if self.serve is not None else None
         out["phase"] = str(self.phase)
         out["gpus"] = self.gpus
         out["gpu_type"] = self.spec.gpu_type
