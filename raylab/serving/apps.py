@@ -8,6 +8,10 @@ from typing import Any
 from .model import ServeApp, ServeApps
 
 APPLICATIONS = "/api/serve/applications/"
+HOW_TO_DEPLOY = (
+    "deploy one from a notebook connected to the cluster: "
+    "serve.run(app, route_prefix='/hello'); `%raycluster serve` lists what runs"
+)
 PROXY_SEGMENT = "serve"  # <base_url>raylab/clusters/NAME/serve/<route>
 
 
