@@ -58,6 +58,9 @@ DRIVERS = "/api/component_activities?timeout=5"
 # Past this, a stamp from the future is not believed (a clock skew is smaller).
 FUTURE_SLACK_S = 120.0
 JOB_PREFIX = "_ray_internal_job_actor_"
+# The dashboard's Serve module connects to its cluster as a driver at its first request
+# (seconds on a busy machine); later ones answer at once.
+SERVE_READ_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -171,7 +174,7 @@ class ActivityReader:
             token = self._token(info)
             if not address:
                 return ServeApps("unknown", now, why="the cluster has no dashboard address")
-            body = self._get(address, APPLICATIONS, token)
+            body = self._get(address, APPLICATIONS, token, SERVE_READ_TIMEOUT_S)
         except RaylabError as exc:
             return ServeApps("unknown", now, why=f"cannot reach the dashboard: {exc.message}")
         except _Unreadable as exc:
@@ -215,13 +218,15 @@ class ActivityReader:
             self._tokens[key] = token
         return token
 
-    def _get(self, address: str, path: str, token: str | None) -> dict[str, Any]:
+    def _get(
+        self, address: str, path: str, token: str | None, timeout: float | None = None
+    ) -> dict[str, Any]:
         headers = {PROXY_HEADER: bearer(token)} if token else {}
         request = urllib.request.Request(address.rstrip("/") + path, headers=headers)
         with self._lock:
             self.requests += 1
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with urllib.request.urlopen(request, timeout=timeout or self.timeout) as response:
                 body = json.loads(response.read())
         except urllib.error.HTTPError as exc:
             refused = exc.code in (401, 403)

@@ -65,14 +65,23 @@ class ServeUpstream:
     async def proxy(self, host: str, port: int, proxied_path: str) -> Any:
         try:
             return await super().proxy(host, port, proxied_path)  # type: ignore[misc]
+        except OSError:  # nothing listens at the cluster's Serve port
+            self._upstream_failed(False, proxied_path)
         except web.HTTPError as err:
-            if err.status_code != 599:
+            # The library's words for what went wrong upstream: a 599 from Tornado's
+            # client (timeouts), a 500 with the socket's error (nothing listening).
+            why = str(err.log_message or "")
+            timed_out = err.status_code == 599 and "Timeout" in why and "connect" not in why
+            unreachable = err.status_code in (500, 599) and any(
+                word in why for word in ("refused", "Timeout while connecting", "Stream closed")
+            )
+            if not (timed_out or unreachable):
                 raise
-            self._upstream_failed(str(err.log_message or ""), proxied_path)
+            self._upstream_failed(timed_out, proxied_path)
 
-    def _upstream_failed(self, why: str, route: str) -> None:
+    def _upstream_failed(self, timed_out: bool, route: str) -> None:
         name = self.path_kwargs.get("name", "")
-        if "Timeout" in why and "connect" not in why:
+        if timed_out:
             timeout = self.settings["raylab_settings"].options.serve_timeout_s
             status, message = (
                 504,

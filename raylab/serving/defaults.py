@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import inspect
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -57,11 +58,14 @@ def _wrap(module: ModuleType) -> None:
     if original is None or getattr(original, "_raylab", False):
         return  # another Ray (or already wrapped): Serve's own defaults
 
-    def create(http_options: Any = None, *args: Any, **kwargs: Any) -> Any:
-        if http_options is None and _target is not None:
-            http_options = dict(_target)
-            kwargs["proxy_location"] = "HeadOnly"
-        return original(http_options, *args, **kwargs)
+    signature = inspect.signature(original)
+
+    def create(*args: Any, **kwargs: Any) -> Any:
+        call = signature.bind_partial(*args, **kwargs)
+        if call.arguments.get("http_options") is None and _target is not None:
+            call.arguments["http_options"] = dict(_target)
+            call.arguments["proxy_location"] = "HeadOnly"
+        return original(*call.args, **call.kwargs)
 
     create._raylab = True  # type: ignore[attr-defined]
     setattr(module, _FUNCTION, create)
