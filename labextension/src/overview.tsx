@@ -7,7 +7,8 @@ import {
 } from '@jupyterlab/ui-components';
 import React from 'react';
 
-import { IconButton, useClusterActions } from './card';
+import { useClusterActions } from './card';
+import { IconButton } from './iconButton';
 import { ICluster, IUsage, clusterKey, dashboardPath } from './clusterApi';
 import { useNow } from './clock';
 import { CommandIDs, Run } from './commandIds';
