@@ -493,3 +493,112 @@ test("a cluster's GPU use: figures, the last hour's line, the overview's counts"
 
   await deleteFromCard(page, 'ui-gpu');
 });
+
+test("a cluster's Serve apps: listed on its opened card, opened through Jupyter", async ({
+  page,
+  baseURL
+}) => {
+  test.setTimeout(420_000);
+  await page.notebook.createNew('serve.ipynb');
+  const panel = await openSidebar(page);
+  await expect(panel.locator('.jp-raylab-empty')).toBeVisible();
+
+  // The card is open (the sidebar shown) when the cluster becomes Ready: it
+  // reads the cluster's apps at once, and Serve was never started there.
+  const firstRead = page.waitForResponse(
+    r =>
+      new URL(r.url()).pathname.endsWith('/raylab/clusters/ui-serve/apps') &&
+      r.request().method() === 'GET'
+  );
+  await page.notebook.setCell(
+    0,
+    'code',
+    '%load_ext raylab\n%raycluster up --name ui-serve --workers 0 --cpus 1'
+  );
+  await page.notebook.runCell(0);
+  const c = card(page, 'ui-serve');
+  await expect(c).toHaveAttribute('data-phase', 'Ready', {
+    timeout: READY_TIMEOUT
+  });
+  const first = await firstRead;
+  expect(first.status()).toBe(200);
+  expect(((await first.json()) as { state: string }).state).toBe('none');
+  const fields = c.locator('.jp-raylab-card-fields');
+  await expect(fields.locator('dt', { hasText: /^Serve$/ })).toHaveCount(0);
+  const apps = c.getByRole('region', { name: 'Serve apps on ui-serve' });
+  await expect(apps).toHaveCount(0);
+
+  // Two apps from the connected kernel: one at /hello, one without a route
+  // (reached through its handle only). serve.run returns once each runs.
+  await page.notebook.addCell(
+    'code',
+    [
+      'from ray import serve',
+      '',
+      '@serve.deployment(ray_actor_options={"num_cpus": 0.25})',
+      'class Hello:',
+      '    def __call__(self, request) -> str:',
+      '        return "hello from ui-serve"',
+      '',
+      'serve.run(Hello.bind(), name="hello", route_prefix="/hello")',
+      'serve.run(Hello.bind(), name="handles", route_prefix=None)',
+      'print("deployed")'
+    ].join('\n')
+  );
+  const serveCell = (await page.notebook.getCellCount()) - 1;
+  await page.notebook.runCell(serveCell);
+  const served = (await page.notebook.getCellTextOutput(serveCell)) ?? [];
+  expect(served.join('\n')).toContain('deployed');
+
+  // The open card reads them again on its own (every few seconds): the list,
+  // and the Serve row in the same words as the notebook's card.
+  const hello = apps.locator('li[data-app="hello"]');
+  await expect(hello).toHaveAttribute('data-status', 'RUNNING', {
+    timeout: 60_000
+  });
+  await expect(hello.locator('.jp-raylab-serve-app-state')).toHaveText(
+    'Running'
+  );
+  await expect(hello.locator('.jp-raylab-serve-app-route')).toHaveText(
+    '/hello'
+  );
+  await expect(hello.locator('.jp-raylab-serve-app-replicas')).toHaveText(
+    '1/1'
+  );
+  const handles = apps.locator('li[data-app="handles"]');
+  await expect(handles).toHaveAttribute('data-status', 'RUNNING');
+  await expect(handles.locator('.jp-raylab-serve-app-route')).toHaveText(
+    'no route'
+  );
+  await expect(handles.getByRole('button')).toHaveCount(0);
+  await expect(
+    fields
+      .locator('dt', { hasText: /^Serve$/ })
+      .locator('xpath=following-sibling::dd[1]')
+  ).toHaveText('2 apps · 2 running');
+
+  // Open: a new tab at the app's path below Jupyter, where the app answers.
+  const url = `${baseURL}/raylab/clusters/ui-serve/serve/hello`;
+  const [tab] = await Promise.all([
+    page.context().waitForEvent('page'),
+    hello
+      .getByRole('button', { name: 'Open Serve app hello in a new tab' })
+      .click()
+  ]);
+  await tab.waitForLoadState();
+  expect(tab.url()).toBe(url);
+  await expect(tab.locator('body')).toHaveText('hello from ui-serve');
+  await tab.close();
+
+  // Copy URL: that absolute URL, said in a notification.
+  await hello
+    .getByRole('button', { name: 'Copy the URL of Serve app hello' })
+    .click();
+  await expect(
+    page.locator('.Toastify__toast').filter({
+      hasText: `Copied the URL of Serve app hello: ${url}`
+    })
+  ).toBeVisible();
+
+  await deleteFromCard(page, 'ui-serve');
+});
