@@ -160,6 +160,14 @@ class Raylab(Configurable):
         help="A GPU at or above this utilization (percent) is busy: work that keeps its "
         "cluster from idle suspension, and a used GPU in the overview and GPU-hours.",
     ).tag(config=True)
+    serve_timeout_s = Float(
+        60.0,
+        min=1.0,
+        max=3600.0,
+        help="How long the Serve proxy (<base_url>raylab/clusters/NAME/serve/...) waits for "
+        "an app's answer before a 504 naming it; streamed answers (text/event-stream) and "
+        "websockets are not cut.",
+    ).tag(config=True)
     connected_kernel_is_work = List(
         Unicode(),
         [],

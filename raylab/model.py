@@ -127,6 +127,11 @@ class Endpoints:
     client: str | None = None  # ray://host:port for Ray Client
     dashboard: str | None = None  # http://host:port of the Ray dashboard
     gcs: str | None = None  # host:port of the head's GCS, where a direct driver connects
+    # Ray Serve's HTTP proxy, the cluster's own port (serving/defaults.py puts it there);
+    # None for a cluster made before raylab chose one.
+    serve: str | None = None
+    # The head's Prometheus metrics (Serve's request counters: culler/serve_activity.py).
+    metrics: str | None = None
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from .model import (
     Usage,
 )
 from .request_fields import whole_number
+from .serving.model import ServeApps
 from .spec import (
     MAX_WORKERS,
     ClusterSpec,
@@ -131,6 +132,15 @@ class ClusterService:
             read = pool.map(lambda c: reader.read_gpu_use(c, options.gpu_busy_percent), todo)
             uses = dict(zip((c.uid or c.name for c in todo), read, strict=True))
         return [replace(c, gpu_use=uses.get(c.uid or c.name, c.gpu_use)) for c in clusters]
+
+    def serve_apps(self, info: ClusterInfo) -> ServeApps:
+        """Its Ray Serve apps, read now from its dashboard (one request)."""
+        from .culler.activity import ActivityReader
+
+        if info.phase not in RUNNING_PHASES or not info.head_ready:
+            return ServeApps("none", time.time(), why=f"the cluster is {info.phase}")
+        options = self.settings.options
+        return ActivityReader(self.backend, 5.0, options.culler_dashboard_url).read_serve(info)
 
     def list(self, *, everyone: bool = False) -> list[ClusterInfo]:
         if everyone and self.admin:

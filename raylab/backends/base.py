@@ -155,6 +155,15 @@ class Backend(Protocol):
         """Where this process reaches the cluster's dashboard (may open a tunnel)."""
         ...
 
+    def serve_address(self, info: ClusterInfo) -> str | None:
+        """Where this process reaches the cluster's Ray Serve proxy (may open a tunnel);
+        None where the cluster has no Serve port."""
+        ...
+
+    def metrics_address(self, info: ClusterInfo) -> str | None:
+        """Where this process reaches the head's Prometheus metrics (may open a tunnel)."""
+        ...
+
     def lasting_dashboard_address(self, info: ClusterInfo) -> str | None:
         """Where any process here reaches the dashboard, for a shell to keep using after
         this process ends; None where only a tunnel of this process reaches it."""

@@ -36,6 +36,7 @@ VERBS = {
     "job": "logs|stop|result NAME: a job made by `%%raycluster job` (a cell run as a Ray Job)",
     "jobs": "the Ray Jobs on your clusters",
     "capacity": "what a cluster of N GPUs would get now: free, or its place in the queue",
+    "serve": "a cluster's Ray Serve apps (the connected one by default) and their URLs",
 }
 
 
@@ -117,6 +118,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     add_environment_arguments(verbs.choices["connect"])
     verb("list").add_argument("--all", action="store_true", help="every user's (admins)")
     verb("status").add_argument("name", metavar="NAME", nargs="?")
+    verb("serve").add_argument("name", metavar="NAME", nargs="?")
     verb("disconnect")
     add_export_arguments(verb("export"))
     add_job_arguments(verb("job"), verb("jobs"))

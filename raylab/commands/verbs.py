@@ -23,6 +23,8 @@ from ..identity import current_groups, current_user, is_admin
 from ..model import ClusterInfo, Phase
 from ..server.paths import dashboard_path
 from ..service import ClusterService
+from ..serving.apps import HOW_TO_DEPLOY
+from ..serving.model import ServeApps
 from ..sync.options import EnvOptions
 from .environment import ClusterEnvironments, options_from
 from .output import Output
@@ -210,6 +212,8 @@ class Commands:
             return self.do_list(argparse.Namespace(backend=args.backend, all=False))
         service = self.service(args.backend)
         info = service.with_gpu_use([service.get(name)])[0]
+        if info.head_ready:
+            info = replace(info, serve=service.serve_apps(info))  # the card's Serve row
         self.out.card(info, _GpuUseEvery(lambda: service.get(name), service.with_gpu_use))
         hint = render.keep_running_hint(info, self.prog)
         if hint:
@@ -330,6 +334,26 @@ class Commands:
                 f"sidebar instead (no token needed), or see `{self.prog} env {info.name}`."
             )
         return url
+
+    def do_serve(self, args: argparse.Namespace) -> ServeApps:
+        from ..display.serve_table import serve_table
+        from ..kernel.connect import connected_cluster
+        from ..kernel.jupyter_url import jupyter_base_url
+
+        name = args.name or connected_cluster()
+        if name is None:
+            raise CommandError(f"name a cluster: `{self.prog} serve NAME` (none is connected)")
+        service = self.service(args.backend)
+        info = service.get(name)
+        serve = service.serve_apps(info)
+        if serve.state == "unknown":
+            self.out.line(f"The Serve apps of {name} cannot be read: {serve.why}.")
+        elif not serve.apps:
+            why = f" ({serve.why})" if serve.why else ""
+            self.out.line(f"No Serve app is deployed on {name}{why}: {HOW_TO_DEPLOY}.")
+        else:
+            self.out.block(serve_table(serve, jupyter_base_url() if self.may_connect else ""))
+        return serve
 
     def do_env(self, args: argparse.Namespace) -> str:
         """`export` lines for a shell; the token stays in a 0600 file, named, not shown."""

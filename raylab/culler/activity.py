@@ -10,16 +10,20 @@ A cluster is in use while work runs on it (checked against Ray 2.60, tests/local
 - a Ray task or actor method running: `GET /api/v0/tasks` filtered on RUNNING (an actor
   method is a task of type ACTOR_TASK);
 - a Ray Job running: its supervisor actor is alive (its entrypoint need not call Ray, so
-  it shows as no task).
+  it shows as no task);
+- a Serve app answering HTTP requests: its proxy's request count grew since the last
+  sweep (serve_activity.py; the head's metrics, not the dashboard). A deployed app that
+  nobody calls is not work.
 
 A connected kernel that runs nothing is not work, nor are actors that hold GPUs and run
 nothing; `c.Raylab.connected_kernel_is_work` brings back the old rule (a connected driver,
 `GET /api/component_activities`) for the GPU types an admin names.
 
 The reads stop at the first sign of work, so a busy GPU cluster costs one request and an
-idle one three; a cluster without GPUs skips the summary. A dashboard that cannot be read
-makes the activity "unknown", which never suspends; one that answers without GPU figures
-leaves the other signals to decide.
+idle one three dashboard requests and one metrics read; a cluster without GPUs skips the
+summary. A dashboard that cannot be read makes the activity "unknown", which never
+suspends; one that answers without GPU figures leaves the other signals to decide.
+Unreadable metrics are no evidence of Serve requests, as before Serve was read.
 """
 
 from __future__ import annotations
@@ -36,7 +40,10 @@ from ..auth import PROXY_HEADER, bearer
 from ..backends.base import Backend
 from ..errors import RaylabError
 from ..model import BUSY_PERCENT, CELL_STAMP_S, ClusterInfo, GpuUse, clock_text
+from ..serving.apps import APPLICATIONS, parse_details
+from ..serving.model import ServeApps
 from .gpu_use import SUMMARY, parse_summary
+from .serve_activity import ServeRequests
 
 State = Literal["active", "idle", "unknown"]
 RUNNING_TASKS = (
@@ -84,6 +91,7 @@ class ActivityReader:
         self._tokens: dict[str, str | None] = {}
         self._lock = threading.Lock()
         self.requests = 0  # dashboard requests made, for the benchmark and the metrics
+        self.serve = ServeRequests(timeout)
 
     def read(self, info: ClusterInfo, rule: Rule = Rule(), now: float | None = None) -> Activity:
         from .. import metrics
@@ -148,7 +156,35 @@ class ActivityReader:
             active = (drivers.get("driver") or {}).get("is_active")
             if active == "ACTIVE":
                 return Activity("active", "a driver is connected (a notebook kernel or job)", use)
+        metrics = self._metrics_address(info)
+        answered = self.serve.answered(info.uid or info.name, metrics) if metrics else ""
+        if answered:
+            return Activity("active", f"Serve answered requests: {answered}", use)
         return Activity("idle", "", use)
+
+    def read_serve(self, info: ClusterInfo, serve_url: str | None = None) -> ServeApps:
+        """The cluster's Serve apps (one dashboard request); `serve_url`: where its
+        Serve port is reached, for each app's in-cluster URL."""
+        now = time.time()
+        try:
+            address = self._address(info)
+            token = self._token(info)
+            if not address:
+                return ServeApps("unknown", now, why="the cluster has no dashboard address")
+            body = self._get(address, APPLICATIONS, token)
+        except RaylabError as exc:
+            return ServeApps("unknown", now, why=f"cannot reach the dashboard: {exc.message}")
+        except _Unreadable as exc:
+            if exc.refused:
+                self.forget(info)
+            return ServeApps("unknown", now, why=str(exc))
+        return parse_details(body, info.name, serve_url or info.endpoints.serve, now)
+
+    def _metrics_address(self, info: ClusterInfo) -> str | None:
+        try:
+            return self.backend.metrics_address(info)
+        except RaylabError:
+            return None
 
     def _gpu_use(
         self, info: ClusterInfo, address: str, token: str | None, now: float, busy: float

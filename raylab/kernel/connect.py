@@ -27,6 +27,7 @@ from typing import Any
 from .. import auth
 from ..errors import BackendUnavailable
 from ..model import ClusterInfo
+from ..serving import defaults as serve_defaults
 from ..sync.errors import RuntimeEnvFailed, runtime_env_failure
 from ..versions import check_versions, running_versions
 from . import driver_watch, joined_node, live_code
@@ -183,6 +184,7 @@ class _Attach:
         _current = _Connection(info.name, address, context, self.environment, mode, node=node,
                                runtime_env=copy.deepcopy(self.runtime_env))  # fmt: skip
         _auto_init(True)
+        serve_defaults.use(info.endpoints.serve)  # `serve.run` at this cluster's own port
         if mode == DRIVER:
             _current.watch = driver_watch.Watch(info.name, address, _gcs_probe)
             _current.watch.start()
@@ -373,6 +375,11 @@ def disconnect() -> str | None:
     if was is not None and was.watch is not None:
         was.watch.stop()
     live_code.stop()
+    serve_defaults.use(None)
+    serve_context = sys.modules.get("ray.serve.context")
+    if serve_context is not None:
+        # Serve keeps its client of the last cluster's controller: not the next one's.
+        serve_context._set_global_client(None)
     if "ray" in sys.modules:
         import ray
 

@@ -24,6 +24,7 @@ from typing import Any
 from ..backends.base import Backend, ClusterEvent
 from ..errors import RaylabError
 from ..model import RUNNING_PHASES, ClusterInfo, GpuUse
+from ..serving.model import ServeApps
 from .paths import dashboard_path
 
 Message = dict[str, Any]
@@ -78,6 +79,7 @@ class ClusterCache:
         # GPU use as the server's culler last read it, by cluster uid: kept beside what the
         # watch says (the backend never holds it), so every change keeps showing it.
         self.gpu_use: dict[str, GpuUse] = {}
+        self.serve: dict[str, ServeApps] = {}  # by uid: its apps as last read (apps handler)
 
     # --- lifecycle ----------------------------------------------------------------
 
@@ -151,6 +153,16 @@ class ClusterCache:
         if not info.uid or (held is not None and held.at > use.at):
             return
         self.gpu_use[info.uid] = use
+        current = self.clusters.get(cache_key(info.namespace or self.home, info.name))
+        if current is not None and current.uid == info.uid:
+            self._apply(ClusterEvent("MODIFIED", current))
+
+    def set_cluster_serve(self, info: ClusterInfo, serve: ServeApps) -> None:
+        """One cluster's Serve apps, read when asked for (on the loop): every open
+        sidebar's card shows them at once."""
+        if not info.uid:
+            return
+        self.serve[info.uid] = serve
         current = self.clusters.get(cache_key(info.namespace or self.home, info.name))
         if current is not None and current.uid == info.uid:
             self._apply(ClusterEvent("MODIFIED", current))
@@ -230,12 +242,16 @@ class ClusterCache:
         key = cache_key(info.namespace, info.name)
         before = self.clusters.get(key)
         if event.type == "DELETED":
+            self.serve.pop(info.uid, None)
             if self.clusters.pop(key, None) is None:
                 return
             text = self.texts.pop(key)
         else:
-            use = self.gpu_use.get(info.uid) if info.phase in RUNNING_PHASES else None
-            info = replace(info, gpu_use=use)
+            running = info.phase in RUNNING_PHASES
+            use = self.gpu_use.get(info.uid) if running else None
+            if not running:
+                self.serve.pop(info.uid, None)  # a resumed cluster starts without apps
+            info = replace(info, gpu_use=use, serve=self.serve.get(info.uid))
             if before == info:
                 return  # a re-list or resync that changed nothing
             self.clusters[key] = info

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import Awaitable
+from dataclasses import replace
 from typing import Any
 from urllib.parse import quote, urlparse
 
@@ -32,9 +33,10 @@ from jupyter_server_proxy.websocket import PingableWSClientConnection
 from tornado import httpclient, httputil, web
 
 from ..auth import PROXY_HEADER, TOKEN_COOKIE, bearer
+from ..backends.base import Backend
 from ..errors import RaylabError, SpecError
 from ..identity import is_admin, may_see
-from ..model import ClusterInfo
+from ..model import ClusterInfo, Endpoints
 from ..spec import validate_name
 from .cache import ClusterCache
 from .dashboard_keys import MARK, DashboardKeys, Viewer
@@ -68,9 +70,26 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
     def viewer(self) -> Viewer:
         return Viewer(owner_name(self), tuple(user_groups(self)))
 
+    def base_path(self, name: str) -> str:
+        """Where what this proxies is under the base URL."""
+        return dashboard_path(name)
+
     def context_path(self, name: str) -> str:
         """Where this dashboard is under the base URL (upstream redirects are kept in it)."""
-        return dashboard_path(name).rstrip("/")
+        return self.base_path(name).rstrip("/")
+
+    def upstream_address(self, backend: Backend, info: ClusterInfo) -> str | None:
+        """Where this server reaches it (may open a port-forward: off the event loop)."""
+        return backend.dashboard_address(info) or info.endpoints.dashboard
+
+    def check_upstream(self, info: ClusterInfo) -> None:
+        """Refuse, with why, a cluster that has none to reach now."""
+        if not info.endpoints.dashboard:
+            raise web.HTTPError(503, f"cluster {info.name!r} has no dashboard while {info.phase}")
+
+    def upstream_token(self, backend: Backend, name: str) -> str | None:
+        """The Ray token the proxy adds upstream (the dashboard checks it)."""
+        return backend.auth_token(name)
 
     async def _target(self, name: str, *, write: bool = False) -> tuple[str, int]:
         try:
@@ -90,18 +109,21 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
         if write and info.owner != user:
             # The proxy acts with the owner's token: an admin may look, not submit jobs.
             raise web.HTTPError(403, f"only {info.owner} can change {name!r} through its dashboard")
-        if not info.endpoints.dashboard:
-            raise web.HTTPError(503, f"cluster {name!r} has no dashboard while {info.phase}")
+        self.check_upstream(info)
         loop = asyncio.get_running_loop()
         # Outside Kubernetes this opens (once) a port-forward; the token may be a Secret to
         # read: both off the event loop.
-        address = await loop.run_in_executor(None, cache.backend.dashboard_address, info)
         try:
-            self._ray_token = await loop.run_in_executor(None, cache.backend.auth_token, name)
+            address = await loop.run_in_executor(None, self.upstream_address, cache.backend, info)
+            self._ray_token = await loop.run_in_executor(
+                None, self.upstream_token, cache.backend, name
+            )
         except RaylabError as err:
             raise web.HTTPError(err.status, err.message) from None
-        url = urlparse(address or info.endpoints.dashboard)
-        host, port = url.hostname or "127.0.0.1", url.port or 8265
+        url = urlparse(address or "")
+        if not url.hostname or not url.port:
+            self.check_upstream(replace(info, endpoints=Endpoints()))
+        host, port = url.hostname or "127.0.0.1", url.port or 80
         # Only this cluster's own dashboard may be reached through this route.
         self.host_allowlist = [host]
         # Jupyter's credentials are for Jupyter: never hand them to the cluster (and Ray's
@@ -158,7 +180,7 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
         return await self.proxy(host, port, "/" + (path or ""))
 
     def _keyed_url(self, name: str, key: str, path: str) -> str:
-        base = url_path_join(self.base_url, dashboard_path(name), MARK + key)
+        base = url_path_join(self.base_url, self.base_path(name), MARK + key)
         query = f"?{self.request.query}" if self.request.query else ""
         return f"{base}/{quote(path)}{query}"
 
@@ -224,7 +246,7 @@ class DashboardKeyHandler(DashboardProxyHandler):
         if self._viewer is None:
             if self.request.method == "GET" and _navigation(self.request):
                 # Expired, or from before this server started: through Jupyter's login.
-                self.redirect(url_path_join(self.base_url, dashboard_path(name)))
+                self.redirect(url_path_join(self.base_url, self.base_path(name)))
                 return
             raise web.HTTPError(403, "this dashboard link has expired: open the dashboard again")
         self.current_user = self._jupyter_current_user = User(username=self._viewer.user)
@@ -234,7 +256,7 @@ class DashboardKeyHandler(DashboardProxyHandler):
         return self._viewer
 
     def context_path(self, name: str) -> str:
-        return dashboard_path(name) + MARK + self._key
+        return self.base_path(name) + MARK + self._key
 
     def check_xsrf_cookie(self) -> None:
         # No cookie authenticates here, so no cross-site form can ride on one; a page

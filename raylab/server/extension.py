@@ -31,9 +31,11 @@ from .handlers import (
     LogsHandler,
     NotFoundHandler,
     ProfilesHandler,
+    ServeAppsHandler,
     UsageHandler,
 )
 from .paths import PREFIX
+from .serve_proxy import ServeKeyHandler, ServeProxyHandler
 
 # Any segment: the handlers validate it, so a bad name gets a 422 that says why.
 NAME = r"(?P<name>[^/]+)"
@@ -63,6 +65,13 @@ ROUTES: list[tuple[str, Any]] = [
         DashboardKeyHandler,
     ),
     (url_path_join("clusters", NAME, "dashboard") + r"/?(?P<path>.*)", DashboardProxyHandler),
+    # Ray Serve apps, the owner's (serve_proxy.py): the same rules as the dashboard's.
+    (url_path_join("clusters", NAME, "apps"), ServeAppsHandler),
+    (
+        url_path_join("clusters", NAME, "serve", MARK + r"(?P<key>[\w-]+)") + r"/?(?P<path>.*)",
+        ServeKeyHandler,
+    ),
+    (url_path_join("clusters", NAME, "serve") + r"/?(?P<path>.*)", ServeProxyHandler),
     (r"(?P<path>.*)", NotFoundHandler),
 ]
 

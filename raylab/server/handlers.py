@@ -18,10 +18,11 @@ from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
 from ..config import Settings
-from ..errors import NotFound, RaylabError, SpecError
+from ..errors import Conflict, NotFound, RaylabError, SpecError
 from ..identity import current_user, is_admin, may_see
-from ..model import ClusterInfo
+from ..model import RUNNING_PHASES, ClusterInfo
 from ..service import ClusterService, quota_use
+from ..serving.apps import HOW_TO_DEPLOY
 from ..spec import describe_fields, shown_field, validate_name
 from .cache import ClusterCache, cluster_json
 from .strict_json import parse_body
@@ -29,7 +30,7 @@ from .strict_json import parse_body
 AUTH_RESOURCE = "raylab"
 # Endpoints beyond the cluster API that this server has; the frontend shows their buttons
 # only when listed in the profiles reply (it fetches that reply at start-up anyway).
-FEATURES = ("export", "usage", "keep-running", "jobs", "capacity", "gpu-use")
+FEATURES = ("export", "usage", "keep-running", "jobs", "capacity", "gpu-use", "serve-apps")
 T = TypeVar("T")
 
 
@@ -268,6 +269,33 @@ class GpuUseHandler(RaylabHandler):
         use = await self.blocking(reads.read, info)
         self.cache.set_cluster_gpu_use(info, use)
         self.reply({"name": name, "gpu_use": use.to_json()})
+
+
+class ServeAppsHandler(RaylabHandler):
+    """`GET clusters/NAME/apps`: its Ray Serve apps read now from its dashboard (name,
+    route, status, replicas, the path through this server and the in-cluster URL). The
+    owner's or an admin's; a 409 for a cluster not running."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, name: str) -> None:
+        from .gpu_use import GpuUseReads
+
+        await self.cache.wait_synced()
+        info = self.find(name)
+        if info.phase not in RUNNING_PHASES or not info.head_ready:
+            raise Conflict(
+                f"cluster {name!r} is {info.phase}: its Serve apps are read while it runs",
+                detail="the card lists them again once the cluster is Ready",
+            )
+        reads: GpuUseReads = self.settings["raylab_gpu_use"]
+        serve = await self.blocking(reads.reader.read_serve, info)
+        self.cache.set_cluster_serve(info, serve)
+        body: dict[str, Any] = {"name": name, "serve": serve.to_json()}
+        if serve.state == "none" or (serve.state == "running" and not serve.apps):
+            body["message"] = f"no Serve app is deployed on {name!r}"
+            body["detail"] = HOW_TO_DEPLOY
+        self.reply(body)
 
 
 class UsageHandler(RaylabHandler):

@@ -36,7 +36,9 @@ from .manifest import (
     IDLE_ANNOTATION,
     MANAGED_BY,
     MANAGED_BY_LABEL,
+    METRICS_PORT,
     OWNER_LABEL,
+    SERVE_PORT,
     SPEC_ANNOTATION,
     cluster_labels,
     idle_annotation,
@@ -449,6 +451,12 @@ class KubeRayBackend:
 
     def dashboard_address(self, info: ClusterInfo) -> str:
         return self._address(info, DASHBOARD_PORT, "http")
+
+    def serve_address(self, info: ClusterInfo) -> str | None:
+        return self._address(info, SERVE_PORT, "http") if info.endpoints.serve else None
+
+    def metrics_address(self, info: ClusterInfo) -> str | None:
+        return self._address(info, METRICS_PORT, "http") if info.endpoints.metrics else None
 
     def lasting_dashboard_address(self, info: ClusterInfo) -> str | None:
         # Outside the cluster, this process's port-forward ends with it.

@@ -41,6 +41,8 @@ WORKER_CONTAINER = "ray-worker"
 GCS_PORT = 6379
 DASHBOARD_PORT = 8265
 CLIENT_PORT = 10001
+METRICS_PORT = 8080  # what KubeRay passes to `ray start --metrics-export-port`
+SERVE_PORT = 8000  # Serve's own default: each cluster's head is a pod of its own
 # The ports a direct driver (a kernel in a pod, joined as a node: joined_node.py) uses on
 # every node besides the head's GCS: fixed, so the NetworkPolicies can name them. Ray
 # picks the node manager and object manager ports at random unless told; its worker
@@ -115,6 +117,8 @@ def raycluster_manifest(
         {"name": "gcs-server", "containerPort": GCS_PORT},
         {"name": "dashboard", "containerPort": DASHBOARD_PORT},
         {"name": "client", "containerPort": CLIENT_PORT},
+        # In the head Service too (KubeRay routes the head container's ports).
+        {"name": "serve", "containerPort": SERVE_PORT},
     ]
     head = _container(HEAD_CONTAINER, image, head_cpus, head_memory, {}, head_ports)
     head["env"] = [{"name": k, "value": v} for k, v in CLIENT_SERVER_ENV.items()] + ray_env

@@ -20,12 +20,13 @@ from .manifest import (
     CLIENT_PORT,
     DASHBOARD_PORT,
     GCS_PORT,
+    METRICS_PORT,
     NODE_MANAGER_PORT,
     OBJECT_MANAGER_PORT,
+    SERVE_PORT,
     WORKER_PORTS,
 )
 
-METRICS_PORT = 8080  # what KubeRay passes to `ray start --metrics-export-port`
 RAY_CLUSTER_LABEL = "ray.io/cluster"  # KubeRay labels every pod of a cluster with this
 NODE_TYPE_LABEL = "ray.io/node-type"
 
@@ -116,6 +117,9 @@ def network_policies(
     worker_rules: list[dict[str, Any]] = [{"from": [same_cluster]}]
     if clients:  # an empty `from` would admit everyone
         head_rules.append({"from": list(clients), "ports": [*_ports(GCS_PORT), *_driver_ports()]})
+        # Serve's apps (the owner's notebook and its Jupyter server's proxy), and the head's
+        # metrics, read-only counters where the culler reads whether an app answers.
+        head_rules.append({"from": list(clients), "ports": _ports(SERVE_PORT, METRICS_PORT)})
         worker_rules.append({"from": list(clients), "ports": _driver_ports()})
     if monitoring is not None:
         for rules in (head_rules, worker_rules):

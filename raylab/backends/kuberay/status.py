@@ -33,9 +33,11 @@ from .manifest import (
     ENVIRONMENT_ANNOTATION,
     GPU_TYPE_LABEL,
     IDLE_ANNOTATION,
+    METRICS_PORT,
     OWNER_ANNOTATION,
     OWNER_LABEL,
     PYTHON_ANNOTATION,
+    SERVE_PORT,
     SPEC_ANNOTATION,
     WORKER_GROUP,
     idle_from_annotation,
@@ -105,7 +107,10 @@ def cluster_info(
         # (KubeRayBackend.client_address), but the name is still where the cluster is.
         host = f"{name}-head-svc.{namespace}.svc"
         endpoints = Endpoints(
-            client=f"ray://{host}:{CLIENT_PORT}", dashboard=f"http://{host}:{DASHBOARD_PORT}"
+            client=f"ray://{host}:{CLIENT_PORT}",
+            dashboard=f"http://{host}:{DASHBOARD_PORT}",
+            serve=f"http://{host}:{SERVE_PORT}",
+            metrics=f"http://{host}:{METRICS_PORT}",
         )
     idle = idle_from_annotation(annotations.get(IDLE_ANNOTATION))
     reason = status.reason

@@ -414,6 +414,12 @@ class LocalBackend:
     def dashboard_address(self, info: ClusterInfo) -> str | None:
         return info.endpoints.dashboard
 
+    def serve_address(self, info: ClusterInfo) -> str | None:
+        return info.endpoints.serve
+
+    def metrics_address(self, info: ClusterInfo) -> str | None:
+        return info.endpoints.metrics
+
     lasting_dashboard_address = dashboard_address
 
     def watch(
@@ -458,7 +464,8 @@ class LocalBackend:
     def _start_nodes(self, name: str, state: _State) -> None:
         """Start the head and the workers (whose supervisors wait for the head to be up)."""
         ports = self._ports()
-        state.ports = ports.take_many(("gcs", "client", "dashboard"))
+        # Serve's port too: every cluster on this machine gets its own (serving/defaults.py).
+        state.ports = ports.take_many(("gcs", "client", "dashboard", "serve"))
         spec = state.spec
         head_cpus = _cpus(spec.cpus) if spec.workers == 0 else 0
         args = [
@@ -553,10 +560,13 @@ class LocalBackend:
         host = _node_ip(Path(head.log)) if head else None
         endpoints = Endpoints()
         if head and host and phase not in (Phase.FAILED, Phase.SUSPENDED):
+            serve, metrics = state.ports.get("serve"), head.ports.get("metrics-export-port")
             endpoints = Endpoints(
                 client=f"ray://{host}:{state.ports['client']}",
                 dashboard=f"http://127.0.0.1:{state.ports['dashboard']}",
                 gcs=f"{host}:{state.ports['gcs']}",
+                serve=f"http://127.0.0.1:{serve}" if serve else None,
+                metrics=f"http://127.0.0.1:{metrics}" if metrics else None,
             )
         return ClusterInfo(
             name=name,

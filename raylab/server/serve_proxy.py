@@ -1,0 +1,123 @@
+"""A cluster's Ray Serve apps behind Jupyter's auth: `<base_url>raylab/clusters/NAME/serve/ROUTE`.
+
+The same rules as the dashboard's proxy (dashboard.py), which this reuses: the owner's
+alone (an admin may only GET, anyone else gets a 404), Jupyter's XSRF token on writes,
+Jupyter's credentials never upstream, every answer sandboxed into an opaque origin (an
+app's page is the owner's code, not Jupyter's), and a browser's navigation sent on to a
+key for this cluster alone. What differs: the upstream is the cluster's own Serve port,
+no Ray token goes with the request (an app is user code; Serve's HTTP checks none), the
+page is passed on byte for byte, and a Serve that is not there or does not answer gets
+a message naming it instead of a bare 599.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tornado import web
+
+from ..backends.base import Backend
+from ..model import ClusterInfo
+from ..serving.apps import HOW_TO_DEPLOY
+from .dashboard import DashboardKeyHandler, DashboardProxyHandler
+from .paths import serve_path
+
+CONNECT_TIMEOUT_S = 10.0
+
+
+class ServeUpstream:
+    """What makes a dashboard proxy a Serve proxy (mixed in before it)."""
+
+    rewrite_response: Any
+    settings: dict[str, Any]
+    path_kwargs: dict[str, Any]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rewrite_response = ()  # the app's bytes, as it sent them
+
+    def base_path(self, name: str) -> str:
+        return serve_path(name)
+
+    def upstream_address(self, backend: Backend, info: ClusterInfo) -> str | None:
+        return backend.serve_address(info)
+
+    def check_upstream(self, info: ClusterInfo) -> None:
+        if not info.endpoints.dashboard:
+            raise web.HTTPError(503, f"cluster {info.name!r} serves nothing while {info.phase}")
+        if not info.endpoints.serve:
+            raise web.HTTPError(
+                404,
+                f"cluster {info.name!r} was made before raylab gave each cluster a Serve "
+                "port: make it again to serve apps from it",
+            )
+
+    def upstream_token(self, backend: Backend, name: str) -> str | None:
+        return None  # Ray's token is the cluster's, never an app's to read
+
+    def _build_proxy_request(self, *args: Any, **kwargs: Any) -> Any:
+        request = super()._build_proxy_request(*args, **kwargs)  # type: ignore[misc]
+        request.connect_timeout = CONNECT_TIMEOUT_S
+        request.request_timeout = self.settings["raylab_settings"].options.serve_timeout_s
+        return request
+
+    async def proxy(self, host: str, port: int, proxied_path: str) -> Any:
+        try:
+            return await super().proxy(host, port, proxied_path)  # type: ignore[misc]
+        except web.HTTPError as err:
+            if err.status_code != 599:
+                raise
+            self._upstream_failed(str(err.log_message or ""), proxied_path)
+
+    def _upstream_failed(self, why: str, route: str) -> None:
+        name = self.path_kwargs.get("name", "")
+        if "Timeout" in why and "connect" not in why:
+            timeout = self.settings["raylab_settings"].options.serve_timeout_s
+            status, message = (
+                504,
+                f"the Serve app at {route} on {name!r} did not answer "
+                + (f"within {timeout:g} s (c.Raylab.serve_timeout_s)"),
+            )
+            detail = "its replicas' logs (the cluster's dashboard, Serve tab) say what it waits for"
+        else:
+            status, message = 404, f"no Serve app is deployed on cluster {name!r}"
+            detail = HOW_TO_DEPLOY
+        raise _JsonError(status, message, detail)
+
+
+class _JsonError(web.HTTPError):
+    """An error answered as raylab's JSON ({"error", "detail"}), one line."""
+
+    def __init__(self, status: int, message: str, detail: str) -> None:
+        super().__init__(status, message)
+        self.body = json.dumps({"error": message, "detail": detail})
+
+
+class ServeProxyHandler(ServeUpstream, DashboardProxyHandler):
+    """`<base_url>raylab/clusters/<name>/serve/<route>` -> the cluster's Serve proxy."""
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        _write_json_error(self, status_code, **kwargs)
+
+
+class ServeKeyHandler(ServeUpstream, DashboardKeyHandler):
+    """`<base_url>raylab/clusters/<name>/serve/~<key>/<route>`: the sandboxed page's own
+    requests, with the key in place of Jupyter's cookie (dashboard_keys.py)."""
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        _write_json_error(self, status_code, **kwargs)
+
+
+def _write_json_error(handler: web.RequestHandler, status_code: int, **kwargs: Any) -> None:
+    exc = kwargs.get("exc_info", (None, None, None))[1]
+    if isinstance(exc, _JsonError):
+        handler.set_header("Content-Type", "application/json")
+        handler.finish(exc.body + "\n")
+        return
+    if isinstance(exc, web.HTTPError) and exc.log_message:
+        message = exc.log_message % exc.args if exc.args else exc.log_message
+        handler.set_header("Content-Type", "application/json")
+        handler.finish(json.dumps({"error": message}) + "\n")
+        return
+    web.RequestHandler.write_error(handler, status_code, **kwargs)
