@@ -335,17 +335,19 @@ export async function readGpuUse(
 
 /**
  * Read a running cluster's Serve apps now (`GET clusters/NAME/apps`, from its
- * dashboard): a card opened, and every few seconds while it stays open.
+ * dashboard): a card opened, and every few seconds while it stays open. The
+ * server sends the reading to every open sidebar's event stream too.
  */
 export async function readServeApps(
   route: IClusterRoute,
   settings?: ServerConnection.ISettings
 ): Promise<IServeApps> {
-  return requestAPI<IServeApps>(
+  const reply = await requestAPI<{ name: string; serve: IServeApps }>(
     clusterPath(route, 'apps'),
     { method: 'GET' },
     settings
   );
+  return reply.serve;
 }
 
 /** GPU-hours per user and GPU type (`GET usage`), and per cluster uid. */
