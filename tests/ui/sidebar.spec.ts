@@ -74,6 +74,30 @@ async function deleteFromCard(
   await expect(card(page, name)).toHaveCount(0, { timeout: 60_000 });
 }
 
+/**
+ * Put `source` in the active notebook's active cell as it is (typing it, as
+ * `setCell` does, would indent it again).
+ */
+async function setActiveCellSource(
+  page: IJupyterLabPageFixture,
+  source: string
+): Promise<void> {
+  await page.evaluate(text => {
+    interface ICellPanel {
+      content: {
+        activeCell: { model: { sharedModel: { setSource(s: string): void } } };
+      };
+    }
+    const galata = (
+      window as unknown as {
+        galata: { app: { shell: { currentWidget: unknown } } };
+      }
+    ).galata;
+    const panel = galata.app.shell.currentWidget as ICellPanel;
+    panel.content.activeCell.model.sharedModel.setSource(text);
+  }, source);
+}
+
 test('empty state, and the server refusals shown next to their field', async ({
   page
 }) => {
@@ -504,12 +528,20 @@ test("a cluster's Serve apps: listed on its opened card, opened through Jupyter"
   await expect(panel.locator('.jp-raylab-empty')).toBeVisible();
 
   // The card is open (the sidebar shown) when the cluster becomes Ready: it
-  // reads the cluster's apps at once, and Serve was never started there.
-  const firstRead = page.waitForResponse(
-    r =>
-      new URL(r.url()).pathname.endsWith('/raylab/clusters/ui-serve/apps') &&
-      r.request().method() === 'GET'
-  );
+  // reads the cluster's apps at once, then every few seconds while open.
+  const reads: { status: number; state: string; why: string }[] = [];
+  page.on('response', async r => {
+    if (new URL(r.url()).pathname.endsWith('/raylab/clusters/ui-serve/apps')) {
+      const body = (await r.json().catch(() => ({}))) as {
+        serve?: { state: string; why: string };
+      };
+      reads.push({
+        status: r.status(),
+        state: body.serve?.state ?? '',
+        why: body.serve?.why ?? ''
+      });
+    }
+  });
   await page.notebook.setCell(
     0,
     'code',
@@ -520,10 +552,13 @@ test("a cluster's Serve apps: listed on its opened card, opened through Jupyter"
   await expect(c).toHaveAttribute('data-phase', 'Ready', {
     timeout: READY_TIMEOUT
   });
-  const first = await firstRead;
-  expect(first.status()).toBe(200);
-  const none = (await first.json()) as { serve: { state: string } };
-  expect(none.serve.state).toBe('none');
+  // Serve was never started there: no Serve row, no list.
+  await expect
+    .poll(() => reads.some(r => r.status === 200 && r.state === 'none'), {
+      timeout: 60_000
+    })
+    .toBe(true);
+  console.log(`apps reads before Serve: ${JSON.stringify(reads)}`);
   const fields = c.locator('.jp-raylab-card-fields');
   await expect(fields.locator('dt', { hasText: /^Serve$/ })).toHaveCount(0);
   const apps = c.getByRole('region', { name: 'Serve apps on ui-serve' });
@@ -531,8 +566,9 @@ test("a cluster's Serve apps: listed on its opened card, opened through Jupyter"
 
   // Two apps from the connected kernel: one at /hello, one without a route
   // (reached through its handle only). serve.run returns once each runs.
-  await page.notebook.addCell(
-    'code',
+  await page.notebook.addCell('code', '# Serve');
+  await setActiveCellSource(
+    page,
     [
       'from ray import serve',
       '',
@@ -549,7 +585,7 @@ test("a cluster's Serve apps: listed on its opened card, opened through Jupyter"
   const serveCell = (await page.notebook.getCellCount()) - 1;
   await page.notebook.runCell(serveCell);
   const served = (await page.notebook.getCellTextOutput(serveCell)) ?? [];
-  expect(served.join('\n')).toContain('deployed');
+  expect(served.join('\n')).toMatch(/^deployed$/m);
 
   // The open card reads them again on its own (every few seconds): the list,
   // and the Serve row in the same words as the notebook's card.
@@ -577,6 +613,8 @@ test("a cluster's Serve apps: listed on its opened card, opened through Jupyter"
       .locator('dt', { hasText: /^Serve$/ })
       .locator('xpath=following-sibling::dd[1]')
   ).toHaveText('2 apps · 2 running');
+
+  await c.screenshot({ path: shot('serve-apps.png') });
 
   // Open: a new tab at the app's path below Jupyter, where the app answers
   // (the server sends a browser's navigation on to a key for this cluster).
