@@ -8,10 +8,10 @@ import {
 import React from 'react';
 
 import { useClusterActions } from './card';
-import { IconButton } from './iconButton';
 import { ICluster, IUsage, clusterKey, dashboardPath } from './clusterApi';
 import { useNow } from './clock';
 import { CommandIDs, Run } from './commandIds';
+import { IconButton } from './iconButton';
 import {
   canSuspend,
   gpuHoursText,
