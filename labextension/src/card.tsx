@@ -1,5 +1,4 @@
 import {
-  LabIcon,
   copyIcon,
   deleteIcon,
   launchIcon,
@@ -15,6 +14,7 @@ import { useNow } from './clock';
 import { CommandIDs, Run } from './commandIds';
 import { readsGpuUseOnOpen } from './gpuOpen';
 import { GpuSparkline } from './gpuSparkline';
+import { IconButton } from './iconButton';
 import { JobsSection } from './jobs';
 import { JobWatcher } from './jobWatch';
 import {
@@ -26,6 +26,8 @@ import {
   phaseText,
   suspendedText
 } from './render';
+import { ServeAppsSection, useServeApps } from './serveApps';
+import { IServeReader } from './serveOpen';
 
 /**
  * Run `run`'s commands on one cluster, at most one at a time: `busy` names
@@ -97,41 +99,6 @@ function CardFields(props: {
 }
 
 /**
- * An icon as inline SVG. Lighter than `LabIcon.react` (no hook, no
- * per-render style class), which matters at 200 cards × 7 buttons.
- */
-function Icon(props: { icon: LabIcon }): React.ReactElement {
-  return (
-    <span
-      className="jp-raylab-icon"
-      aria-hidden="true"
-      dangerouslySetInnerHTML={{ __html: props.icon.svgstr }}
-    />
-  );
-}
-
-export function IconButton(props: {
-  icon: LabIcon;
-  label: string;
-  onClick: () => void;
-  disabled?: boolean;
-  className?: string;
-}): React.ReactElement {
-  return (
-    <button
-      type="button"
-      className={`jp-Button jp-mod-minimal jp-raylab-icon-button ${props.className ?? ''}`}
-      title={props.label}
-      aria-label={props.label}
-      disabled={props.disabled}
-      onClick={props.onClick}
-    >
-      <Icon icon={props.icon} />
-    </button>
-  );
-}
-
-/**
  * "idle for 50 min; suspends at 14:05" with Keep running once warned, or
  * "activity unknown since …" (the same words as `%raycluster status`).
  */
@@ -182,6 +149,8 @@ interface ICardProps {
   opened?: number;
   /** Read its GPU use again (`gpuUseOnOpen`); null where the server cannot. */
   onOpen?: ((cluster: ICluster) => void) | null;
+  /** Read its Serve apps while opened (`serveReader`); null where the server cannot. */
+  serve?: IServeReader | null;
 }
 
 /**
@@ -212,6 +181,9 @@ function ClusterCardView(props: ICardProps): React.ReactElement {
   const { cluster: c, run } = props;
   const [busy, act] = useClusterActions(c, run);
   useOnOpen(c, props.opened ?? 0, props.onOpen ?? null);
+  const serve = useServeApps(c, props.opened ?? 0, props.serve ?? null);
+  // The Serve row says what the list below it shows: the newest reading.
+  const shown = serve === (c.serve ?? null) ? c : { ...c, serve };
   const deleting = c.phase === 'Deleting';
   const connectable = canConnect(c);
   const phase = phaseText(c);
@@ -246,9 +218,12 @@ function ClusterCardView(props: ICardProps): React.ReactElement {
         busy={busy !== null}
         onKeep={act(CommandIDs.keepRunning, 'Keeping…')}
       />
-      <CardFields cluster={c} showOwner={props.showOwner} />
+      <CardFields cluster={shown} showOwner={props.showOwner} />
       {c.phase === 'Ready' && props.jobs && (
         <JobsSection cluster={c} watcher={props.jobs} run={run} />
+      )}
+      {props.serve && (
+        <ServeAppsSection cluster={c} serve={serve} url={props.serve.url} />
       )}
       <div
         className="jp-raylab-card-actions"

@@ -127,6 +127,41 @@ export interface IGpuUse {
 }
 
 /**
+ * One Ray Serve application (`raylab/serving/model.py`, `ServeApp`).
+ */
+export interface IServeApp {
+  name: string;
+  /** Its route prefix (`/hello`); null: no HTTP route (handles only). */
+  route: string | null;
+  /** Serve's: RUNNING, DEPLOYING, DEPLOY_FAILED, UNHEALTHY, DELETING, ... */
+  status: string;
+  /** Serve's word on it (why it failed, for one); or ''. */
+  message: string;
+  replicas: number;
+  running_replicas: number;
+  /** Below the server's base URL (`raylab/clusters/NAME/serve/hello`); '' without a route. */
+  path: string;
+  /** Straight to the cluster's Serve port, for code on the cluster; '' without a route. */
+  in_cluster_url: string;
+}
+
+/**
+ * `running`: Serve answered (with no app, maybe); `none`: Serve was never
+ * started on the cluster; `unknown`: the dashboard could not be read (`why`).
+ */
+export type ServeState = 'running' | 'none' | 'unknown';
+
+/** A cluster's Serve apps as last read (`raylab/serving/model.py`, `ServeApps`). */
+export interface IServeApps {
+  state: ServeState;
+  /** When it was read (epoch seconds). */
+  at: number;
+  /** Why it is unknown; '' otherwise. */
+  why: string;
+  apps: IServeApp[];
+}
+
+/**
  * One cluster as the server reports it (`ClusterInfo.to_json`).
  */
 export interface ICluster {
@@ -172,6 +207,11 @@ export interface ICluster {
    * servers older than GPU-use reading.
    */
   gpu_use?: IGpuUse | null;
+  /**
+   * Its Serve apps as the server last read them; null when not read, absent
+   * from servers older than Serve apps.
+   */
+  serve?: IServeApps | null;
 }
 
 /**
@@ -291,6 +331,23 @@ export async function readGpuUse(
     settings
   );
   return reply.gpu_use;
+}
+
+/**
+ * Read a running cluster's Serve apps now (`GET clusters/NAME/apps`, from its
+ * dashboard): a card opened, and every few seconds while it stays open. The
+ * server sends the reading to every open sidebar's event stream too.
+ */
+export async function readServeApps(
+  route: IClusterRoute,
+  settings?: ServerConnection.ISettings
+): Promise<IServeApps> {
+  const reply = await requestAPI<{ name: string; serve: IServeApps }>(
+    clusterPath(route, 'apps'),
+    { method: 'GET' },
+    settings
+  );
+  return reply.serve;
 }
 
 /** GPU-hours per user and GPU type (`GET usage`), and per cluster uid. */

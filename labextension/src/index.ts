@@ -17,6 +17,7 @@ import { watchIdleWarnings } from './idleWatch';
 import { JobWatcher, hasJobsFeature } from './jobWatch';
 import { ClusterListModel } from './model';
 import { fetchProfiles } from './profiles';
+import { hasServeAppsFeature, serveReader } from './serveOpen';
 import { ClusterSidebar } from './sidebar';
 
 const PLUGIN_ID = 'raylab:plugin';
@@ -100,6 +101,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
       if (reply && hasGpuUseFeature(reply)) {
         sidebar.onCardOpen = gpuUseOnOpen(serverSettings, reply.namespace);
+      }
+      if (reply && hasServeAppsFeature(reply)) {
+        sidebar.serveApps = serveReader(serverSettings, reply.namespace);
       }
       if (reply && hasJobsFeature(reply)) {
         sidebar.jobs = new JobWatcher({

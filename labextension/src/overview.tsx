@@ -7,10 +7,11 @@ import {
 } from '@jupyterlab/ui-components';
 import React from 'react';
 
-import { IconButton, useClusterActions } from './card';
+import { useClusterActions } from './card';
 import { ICluster, IUsage, clusterKey, dashboardPath } from './clusterApi';
 import { useNow } from './clock';
 import { CommandIDs, Run } from './commandIds';
+import { IconButton } from './iconButton';
 import {
   canSuspend,
   gpuHoursText,

@@ -8,6 +8,7 @@ import type {
   IEnvironment,
   IGpuUse,
   IQueueInfo,
+  IServeApps,
   Phase
 } from './clusterApi';
 
@@ -291,11 +292,42 @@ export function cardFields(
   if (connection) {
     fields.push(['Connection', connection]);
   }
+  // Older servers send no serve; a cluster that never ran Serve has no row.
+  if (cluster.serve && cluster.serve.state !== 'none') {
+    fields.push(['Serve', serveText(cluster.serve)]);
+  }
   const idle = idleText(cluster, nowS);
   if (idle && !suspendedText(cluster, nowS)) {
     fields.push(['Idle', idle]);
   }
   return fields;
+}
+
+/** Serve's statuses of an app that does not serve (`serving.model.FAILED_STATUSES`). */
+export const SERVE_FAILED: ReadonlySet<string> = new Set([
+  'DEPLOY_FAILED',
+  'UNHEALTHY'
+]);
+
+/**
+ * The card's Serve row (`serving.model.serve_text`): "2 apps · 1 running",
+ * "1 app · 0 running · 1 failed", "no apps", "unknown — why".
+ */
+export function serveText(serve: IServeApps): string {
+  if (serve.state === 'unknown') {
+    return serve.why ? `unknown — ${serve.why}` : 'unknown';
+  }
+  const n = serve.apps.length;
+  if (!n) {
+    return 'no apps';
+  }
+  const running = serve.apps.filter(a => a.status === 'RUNNING').length;
+  const parts = [count(n, 'app'), `${running} running`];
+  const failed = serve.apps.filter(a => SERVE_FAILED.has(a.status)).length;
+  if (failed) {
+    parts.push(`${failed} failed`);
+  }
+  return parts.join(' · ');
 }
 
 /** The card's Queue row (`render.queue_text`): which queue, at what priority. */

@@ -21,6 +21,7 @@ import { ClusterListModel, IClusterListState } from './model';
 import { Overview } from './overview';
 import { IUser } from './profiles';
 import { gpuHoursText } from './render';
+import { IServeReader } from './serveOpen';
 
 function RetryCountdown(props: { at: number }): React.ReactElement {
   const now = useNow(1000);
@@ -124,6 +125,7 @@ function ClusterPanel(props: {
   jobs: JobWatcher | null;
   opened: number;
   onOpen: ((cluster: ICluster) => void) | null;
+  serve: IServeReader | null;
 }): React.ReactElement {
   const { model, run, user } = props;
   const state = React.useSyncExternalStore(
@@ -195,6 +197,7 @@ function ClusterPanel(props: {
               jobs={props.jobs}
               opened={props.opened}
               onOpen={props.onOpen}
+              serve={props.serve}
             />
           ))}
         </ul>
@@ -219,6 +222,7 @@ class ClusterListView extends ReactWidget {
   /** Counts the sidebar's openings; 0 while it is hidden. */
   opened = 0;
   onOpen: ((cluster: ICluster) => void) | null = null;
+  serve: IServeReader | null = null;
 
   protected render(): React.ReactElement {
     return (
@@ -230,6 +234,7 @@ class ClusterListView extends ReactWidget {
         jobs={this.jobs}
         opened={this.opened}
         onOpen={this.onOpen}
+        serve={this.serve}
       />
     );
   }
@@ -336,6 +341,18 @@ export class ClusterSidebar extends SidePanel {
   }
   set onCardOpen(onOpen: ((cluster: ICluster) => void) | null) {
     this._list.onOpen = onOpen;
+    this._list.update();
+  }
+
+  /**
+   * What an opened card reads its Serve apps with (`serveReader`), for its
+   * list of apps; null where the server has no such read.
+   */
+  get serveApps(): IServeReader | null {
+    return this._list.serve;
+  }
+  set serveApps(reader: IServeReader | null) {
+    this._list.serve = reader;
     this._list.update();
   }
 

@@ -22,6 +22,7 @@ from ..model import (
     format_size,
     suspension_reason,
 )
+from ..serving.model import serve_text
 
 COLUMNS = ("NAME", "PHASE", "WORKERS", "GPUS", "GPU USE", "CPU/MEM PER WORKER", "AGE", "IDLE")
 
@@ -198,6 +199,8 @@ def card_fields(
     connection = connection_text(info)
     if connection:
         fields.append(("Connection", connection))
+    if info.serve is not None and info.serve.state != "none":  # never started: no row
+        fields.append(("Serve", serve_text(info.serve)))
     idle = idle_text(info, now)
     if idle and not suspended_text(info):  # a suspension's reason is in the phase already
         fields.append(("Idle", idle))

@@ -29,6 +29,7 @@ from raylab.model import (
     Phase,
     QueueInfo,
 )
+from raylab.serving.model import ServeApps
 from raylab.spec import ClusterSpec
 from tests.ci import cannot_run
 
@@ -65,6 +66,7 @@ def cluster(data: dict[str, Any]) -> ClusterInfo:
             "idle": IdleState(**fields["idle"]),
             "queue": QueueInfo.from_json(fields.get("queue")),
             "gpu_use": GpuUse.from_json(fields.get("gpu_use")),
+            "serve": ServeApps.from_json(fields.get("serve")),
             "environment": None if env is None else ClusterEnvironment(
                 **{k: tuple(v) if isinstance(v, list) else v for k, v in env.items()}
             ),
@@ -105,7 +107,8 @@ def test_the_fixture_covers_every_row() -> None:
     keys = {k for case in CASES for k, _ in case["rows"]}
     assert keys == {"Phase", "Workers", "Autoscaling", "GPUs", "GPU use", "Per worker", "Age",
                     "Elapsed",
-                    "Owner", "Queue", "Ray", "Environment", "Connection", "Idle"}  # fmt: skip
+                    "Owner", "Queue", "Ray", "Environment", "Connection", "Serve",
+                    "Idle"}  # fmt: skip
 
 
 def test_the_sidebar_makes_the_same_rows() -> None:

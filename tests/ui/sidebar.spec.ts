@@ -74,6 +74,30 @@ async function deleteFromCard(
   await expect(card(page, name)).toHaveCount(0, { timeout: 60_000 });
 }
 
+/**
+ * Put `source` in the active notebook's active cell as it is (typing it, as
+ * `setCell` does, would indent it again).
+ */
+async function setActiveCellSource(
+  page: IJupyterLabPageFixture,
+  source: string
+): Promise<void> {
+  await page.evaluate(text => {
+    interface ICellPanel {
+      content: {
+        activeCell: { model: { sharedModel: { setSource(s: string): void } } };
+      };
+    }
+    const galata = (
+      window as unknown as {
+        galata: { app: { shell: { currentWidget: unknown } } };
+      }
+    ).galata;
+    const panel = galata.app.shell.currentWidget as ICellPanel;
+    panel.content.activeCell.model.sharedModel.setSource(text);
+  }, source);
+}
+
 test('empty state, and the server refusals shown next to their field', async ({
   page
 }) => {
@@ -492,4 +516,132 @@ test("a cluster's GPU use: figures, the last hour's line, the overview's counts"
   await panel.getByRole('radio', { name: 'Mine' }).check();
 
   await deleteFromCard(page, 'ui-gpu');
+});
+
+test("a cluster's Serve apps: listed on its opened card, opened through Jupyter", async ({
+  page,
+  baseURL
+}) => {
+  test.setTimeout(420_000);
+  await page.notebook.createNew('serve.ipynb');
+  const panel = await openSidebar(page);
+  await expect(panel.locator('.jp-raylab-empty')).toBeVisible();
+
+  // The card is open (the sidebar shown) when the cluster becomes Ready: it
+  // reads the cluster's apps at once, then every few seconds while open.
+  const reads: { status: number; state: string; why: string }[] = [];
+  page.on('response', async r => {
+    if (new URL(r.url()).pathname.endsWith('/raylab/clusters/ui-serve/apps')) {
+      const body = (await r.json().catch(() => ({}))) as {
+        serve?: { state: string; why: string };
+      };
+      reads.push({
+        status: r.status(),
+        state: body.serve?.state ?? '',
+        why: body.serve?.why ?? ''
+      });
+    }
+  });
+  await page.notebook.setCell(
+    0,
+    'code',
+    '%load_ext raylab\n%raycluster up --name ui-serve --workers 0 --cpus 1'
+  );
+  await page.notebook.runCell(0);
+  const c = card(page, 'ui-serve');
+  await expect(c).toHaveAttribute('data-phase', 'Ready', {
+    timeout: READY_TIMEOUT
+  });
+  // Serve was never started there: no Serve row, no list.
+  await expect
+    .poll(() => reads.some(r => r.status === 200 && r.state === 'none'), {
+      timeout: 60_000
+    })
+    .toBe(true);
+  console.log(`apps reads before Serve: ${JSON.stringify(reads)}`);
+  const fields = c.locator('.jp-raylab-card-fields');
+  await expect(fields.locator('dt', { hasText: /^Serve$/ })).toHaveCount(0);
+  const apps = c.getByRole('region', { name: 'Serve apps on ui-serve' });
+  await expect(apps).toHaveCount(0);
+
+  // Two apps from the connected kernel: one at /hello, one without a route
+  // (reached through its handle only). serve.run returns once each runs.
+  await page.notebook.addCell('code', '# Serve');
+  await setActiveCellSource(
+    page,
+    [
+      'from ray import serve',
+      '',
+      '@serve.deployment(ray_actor_options={"num_cpus": 0.25})',
+      'class Hello:',
+      '    def __call__(self, request) -> str:',
+      '        return "hello from ui-serve"',
+      '',
+      'serve.run(Hello.bind(), name="hello", route_prefix="/hello")',
+      'serve.run(Hello.bind(), name="handles", route_prefix=None)',
+      'print("deployed")'
+    ].join('\n')
+  );
+  const serveCell = (await page.notebook.getCellCount()) - 1;
+  await page.notebook.runCell(serveCell);
+  const served = (await page.notebook.getCellTextOutput(serveCell)) ?? [];
+  expect(served.join('\n')).toMatch(/^deployed$/m);
+
+  // The open card reads them again on its own (every few seconds): the list,
+  // and the Serve row in the same words as the notebook's card.
+  const hello = apps.locator('li[data-app="hello"]');
+  await expect(hello).toHaveAttribute('data-status', 'RUNNING', {
+    timeout: 60_000
+  });
+  await expect(hello.locator('.jp-raylab-serve-app-state')).toHaveText(
+    'Running'
+  );
+  await expect(hello.locator('.jp-raylab-serve-app-route')).toHaveText(
+    '/hello'
+  );
+  await expect(hello.locator('.jp-raylab-serve-app-replicas')).toHaveText(
+    '1/1'
+  );
+  const handles = apps.locator('li[data-app="handles"]');
+  await expect(handles).toHaveAttribute('data-status', 'RUNNING');
+  await expect(handles.locator('.jp-raylab-serve-app-route')).toHaveText(
+    'no route'
+  );
+  await expect(handles.getByRole('button')).toHaveCount(0);
+  await expect(
+    fields
+      .locator('dt', { hasText: /^Serve$/ })
+      .locator('xpath=following-sibling::dd[1]')
+  ).toHaveText('2 apps · 2 running');
+
+  await c.screenshot({ path: shot('serve-apps.png') });
+
+  // Open: a new tab at the app's path below Jupyter, where the app answers
+  // (the server sends a browser's navigation on to a key for this cluster).
+  const url = `${baseURL}/raylab/clusters/ui-serve/serve/hello`;
+  const [tab] = await Promise.all([
+    page.context().waitForEvent('page'),
+    hello
+      .getByRole('button', { name: 'Open Serve app hello in a new tab' })
+      .click()
+  ]);
+  await tab.waitForLoadState();
+  expect(tab.url()).toMatch(
+    /\/raylab\/clusters\/ui-serve\/serve\/(~[\w-]+\/)?hello$/
+  );
+  expect(tab.url().startsWith(`${baseURL}/raylab/clusters/`)).toBe(true);
+  await expect(tab.locator('body')).toHaveText('hello from ui-serve');
+  await tab.close();
+
+  // Copy URL: that absolute URL, said in a notification.
+  await hello
+    .getByRole('button', { name: 'Copy the URL of Serve app hello' })
+    .click();
+  await expect(
+    page.locator('.Toastify__toast').filter({
+      hasText: `Copied the URL of Serve app hello: ${url}`
+    })
+  ).toBeVisible();
+
+  await deleteFromCard(page, 'ui-serve');
 });
