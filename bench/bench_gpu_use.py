@@ -216,6 +216,9 @@ class FakeBackend:
     def dashboard_address(self, info: Any) -> str | None:  # pure: not counted
         return None
 
+    def metrics_address(self, info: Any) -> str | None:  # no Serve here: not counted
+        return None
+
     def __getattr__(self, name: str) -> Any:
         def counted(*args: Any, **kwargs: Any) -> None:
             self._count(name)

@@ -19,6 +19,7 @@ import bench_kuberay_up
 import bench_load
 import bench_queue
 import bench_ready_latency
+import bench_serve
 import bench_server
 import bench_sidebar
 import bench_startup
@@ -44,6 +45,7 @@ BENCHES = {
     "incluster": bench_incluster.run,
     "queue": bench_queue.run,
     "gpu_use": bench_gpu_use.run,
+    "serve": bench_serve.run,
 }
 
 

@@ -277,6 +277,17 @@ if seen["mode"] == "driver":
     seen["train_ip"] = fit.metrics["ip"]
     with fit.checkpoint.as_directory() as folder:
         seen["train_checkpoint_rank"] = pathlib.Path(folder, "rank").read_text()
+    # Ray Serve from the kernel as a user deploys: serve.run, then the in-cluster URL.
+    import urllib.request
+    from ray import serve
+    @serve.deployment(ray_actor_options={"num_cpus": 0.01})  # a worker's, not this pod's
+    class Hello:
+        def __call__(self, request):
+            return {"hello": ray.util.get_node_ip_address()}
+    serve.run(Hello.bind(), name="hello", route_prefix="/hello")
+    url = f"http://NAME-head-svc.{connect.connected_address().split('.')[1]}.svc:8000/hello"
+    with urllib.request.urlopen(url, timeout=60) as answer:
+        seen["serve_answer"] = json.loads(answer.read())
 shell.run_line_magic("raycluster", "disconnect")
 time.sleep(1)
 seen["left"] = sorted(p.name() for p in psutil.process_iter()
@@ -366,6 +377,7 @@ def test_a_kernel_inside_kubernetes_joins_the_cluster_and_drives_it(
     assert driver["train_checkpoint_rank"] == "0"  # the checkpoint rank 0 reported
     assert driver["train_ip"] in workers  # rank 0 trained on a GPU worker pod, not here
     assert driver["left"] == []  # no raylet left in the pod after `disconnect`
+    assert driver["serve_answer"]["hello"] in workers  # the app, through the head Service
     # Ray itself counts the head and the two workers again: the kernel's node left.
     assert session.value("print(ray_nodes(3, 2))") == {"nodes": 3, "gpus": 2}
 
@@ -439,6 +451,23 @@ def test_the_dashboard_through_the_jupyter_server_proxy(server: Server) -> None:
     logs = asyncio.run(tail())
     details = fetch(f"api/jobs/{job['submission_id']}").decode()
     assert "hello from a job on " + NAME + "-head-" in logs, details
+
+
+def test_a_serve_app_through_the_jupyter_server_proxy(server: Server, session: Session) -> None:
+    """The app the in-cluster kernel deployed (it outlives the kernel: Serve's controller is
+    detached), from outside Kubernetes through the Jupyter server (a port-forward)."""
+    url = f"{server.base}raylab/clusters/{NAME}/serve/hello"
+    request = urllib.request.Request(url, headers=server.headers)
+    with urllib.request.urlopen(request, timeout=60) as response:
+        answer = json.loads(response.read())
+    workers = sorted(p["status"]["podIP"] for p in session.pods()["worker"])
+    assert answer["hello"] in workers
+    apps = f"{server.base}raylab/clusters/{NAME}/apps"
+    with urllib.request.urlopen(urllib.request.Request(apps, headers=server.headers),
+                                timeout=60) as response:  # fmt: skip
+        (app,) = json.loads(response.read())["serve"]["apps"]
+    assert (app["name"], app["status"], app["route"]) == ("hello", "RUNNING", "/hello")
+    assert app["in_cluster_url"] == f"http://{NAME}-head-svc.{session.namespace}.svc:8000/hello"
 
 
 def ray_version() -> str:

@@ -82,6 +82,9 @@ class TokenBackend:
     def dashboard_address(self, info: ClusterInfo) -> str | None:
         return info.endpoints.dashboard
 
+    def metrics_address(self, info: ClusterInfo) -> str | None:
+        return info.endpoints.metrics  # none here: Serve's requests are tests/server's
+
 
 @pytest.fixture
 def dashboard() -> Iterator[StandInDashboard]:
