@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import time
 from collections.abc import Awaitable
 from dataclasses import replace
 from typing import Any
@@ -47,6 +48,9 @@ from .proxy_request import upstream_body, without_jupyter_fields
 
 # Jupyter's credentials are for Jupyter, and a browser's own Ray token is not trusted.
 _STRIPPED = ("Authorization", "Cookie", "X-XSRFToken", PROXY_HEADER)
+# Where a cluster's upstream is, and its token, by (path, uid, endpoints), kept this long.
+RESOLVED_S = 10.0
+_resolved: dict[tuple[str, str, str], tuple[float, str | None, str | None]] = {}
 # No allow-same-origin: the page gets an opaque origin of its own.
 SANDBOX = "sandbox allow-scripts allow-forms allow-popups allow-downloads"
 _CSP = "Content-Security-Policy"
@@ -78,6 +82,8 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
         """Where this dashboard is under the base URL (upstream redirects are kept in it)."""
         return self.base_path(name).rstrip("/")
 
+    upstream_name = "its dashboard"  # what an admin's write is refused through
+
     def upstream_address(self, backend: Backend, info: ClusterInfo) -> str | None:
         """Where this server reaches it (may open a port-forward: off the event loop)."""
         return backend.dashboard_address(info) or info.endpoints.dashboard
@@ -108,18 +114,33 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
             raise web.HTTPError(404, f"no cluster named {name!r}")
         if write and info.owner != user:
             # The proxy acts with the owner's token: an admin may look, not submit jobs.
-            raise web.HTTPError(403, f"only {info.owner} can change {name!r} through its dashboard")
-        self.check_upstream(info)
-        loop = asyncio.get_running_loop()
-        # Outside Kubernetes this opens (once) a port-forward; the token may be a Secret to
-        # read: both off the event loop.
-        try:
-            address = await loop.run_in_executor(None, self.upstream_address, cache.backend, info)
-            self._ray_token = await loop.run_in_executor(
-                None, self.upstream_token, cache.backend, name
+            raise web.HTTPError(
+                403, f"only {info.owner} can change {name!r} through {self.upstream_name}"
             )
-        except RaylabError as err:
-            raise web.HTTPError(err.status, err.message) from None
+        self.check_upstream(info)
+        # A resumed cluster has new endpoints (local ports), so a new key.
+        key = (self.base_path(name), info.uid or name, repr(info.endpoints))
+        now = time.monotonic()
+        known = _resolved.get(key)
+        if known is not None and now - known[0] < RESOLVED_S:
+            address, self._ray_token = known[1], known[2]
+        else:
+            loop = asyncio.get_running_loop()
+            # Outside Kubernetes this opens (once) a port-forward; the token may be a
+            # Secret to read: both off the event loop, and remembered for a few seconds
+            # (each hop to a thread costs a request a millisecond on a busy machine).
+            try:
+                address = await loop.run_in_executor(
+                    None, self.upstream_address, cache.backend, info
+                )
+                self._ray_token = await loop.run_in_executor(
+                    None, self.upstream_token, cache.backend, name
+                )
+            except RaylabError as err:
+                raise web.HTTPError(err.status, err.message) from None
+            for old in [k for k, v in _resolved.items() if now - v[0] >= RESOLVED_S]:
+                del _resolved[old]
+            _resolved[key] = (now, address, self._ray_token)
         url = urlparse(address or "")
         if not url.hostname or not url.port:
             self.check_upstream(replace(info, endpoints=Endpoints()))
