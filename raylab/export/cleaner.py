@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from .env_writes import RUN_TIME_NAME, EnvAliases, EnvWrite, bound_names, env_write
 from .magic_lines import decide, ipython_call, uses_ipython
 from .model import Analysis
-from .serve_calls import DEPLOYING, ServeAliases, ServeCall
+from .serve_calls import DEPLOYING, DEPLOYS, ServeAliases, ServeCall
 
 # Libraries that only draw or display: their imports and the statements using them go.
 _DISPLAY_MODULES = frozenset(
@@ -24,8 +24,7 @@ _RAY_LIFECYCLE = frozenset({"init", "shutdown"})
 _RAY_WHY = "the pipeline's Ray resource connects (ray.init) and disconnects (ray.shutdown)"
 _COMPOUND_FIELDS = ("body", "orelse", "finalbody")
 _SERVE_WHY = {
-    "run": "deploys a Serve app, which a pipeline step must not do (with blocking=True "
-    "it never ends); the app is written to rayservice.yaml instead (see Serve apps)",
+    "run": f"{DEPLOYS}; the app is written to rayservice.yaml instead (see Serve apps)",
     "start": "starts Serve; the RayService in rayservice.yaml runs Serve (see Serve apps)",
     "shutdown": "stops Serve apps; the RayService in rayservice.yaml owns them",
     "delete": "stops Serve apps; the RayService in rayservice.yaml owns them",

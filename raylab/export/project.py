@@ -29,6 +29,8 @@ from .dependencies import BUILD, PIPELINE, TESTS, ray_requirement
 from .environment import Carried
 from .errors import ExportError
 from .model import Analysis
+from .rayservice import FILE as RAYSERVICE
+from .rayservice import rayservice_yaml
 from .templating import render
 
 REPORT = "EXPORT.md"
@@ -139,6 +141,8 @@ def project_files(p: Project, report: str) -> dict[str, str | bytes]:
     }
     if a.result_text is not None:
         files["tests/notebook_result.txt"] = a.result_text + "\n"
+    if a.serve_apps:
+        files[RAYSERVICE] = rayservice_yaml(a, p.target, p.name)
     _check_python(files)  # what raylab generated; the notebook's own modules are theirs
     return {**files, **p.carried.files}
 

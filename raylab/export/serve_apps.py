@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import ast
 from collections import Counter
+from dataclasses import replace
 
 from .model import Analysis, ServeApp, ServeRefusal, Stmt
-from .serve_calls import ServeAliases, ServeCall
+from .serve_calls import DEPLOYS, ServeAliases, ServeCall
 
 DEFAULT_APP = "default"  # serve.run's own default name and route prefix
 DEFAULT_ROUTE = "/"
@@ -62,6 +63,10 @@ def resolve_apps(a: Analysis, aliases: ServeAliases) -> None:
 
 def _refuse(a: Analysis, c: ServeCall, why: str) -> None:
     a.serve_refused.append(ServeRefusal(c.cell, c.line, c.written, why))
+    # The call's line in the table of what was left out says where its app went.
+    for i, n in enumerate(a.notes):
+        if (n.cell, n.line) == (c.cell, c.line) and n.why.startswith(DEPLOYS):
+            a.notes[i] = replace(n, why=f"{DEPLOYS}; it is not in rayservice.yaml: {why}")
 
 
 def _arguments(c: ServeCall) -> tuple[str, str | None, ast.expr]:
@@ -195,8 +200,7 @@ def _assign_targets(node: ast.Assign | ast.AnnAssign) -> list[ast.expr]:
 
 
 def _check_importable(
-    a: Analysis,
-    value: ast.expr, module_names: set[str], aliases: ServeAliases, stmt: Stmt | None
+    a: Analysis, value: ast.expr, module_names: set[str], aliases: ServeAliases, stmt: Stmt | None
 ) -> None:
     """Defining `value` at import runs nothing of the notebook's: only `.bind()` and
     `.options()` calls (and `serve.deployment(...)`) on module-level names and literals."""
@@ -220,8 +224,9 @@ def _check_importable(
                            "compute and so is defined inside the step, not at import")  # fmt: skip
         elif isinstance(node, ast.Name) and node.id not in module_names:
             raise _Refused(f"the app{where} reads {node.id}, which the cells compute when "
-                           "the pipeline runs (a Serve app must be defined at import: bind "
-                           "it to literals, imports and top-level functions or classes)")  # fmt: skip
+                           "the pipeline runs (a Serve app must be defined at import: "
+                           "bind it to literals, imports and top-level functions or "
+                           "classes)")  # fmt: skip
         elif isinstance(node, ast.Lambda | ast.NamedExpr | ast.Await | ast.Yield
                         | ast.YieldFrom | ast.comprehension):  # fmt: skip
             raise _Refused(f"the app{where} is not a plain Model.bind(...) expression")

@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 DEPLOYING = frozenset({"run", "start"})
 TEARING_DOWN = frozenset({"shutdown", "delete"})
 LIFECYCLE = DEPLOYING | TEARING_DOWN
+DEPLOYS = (
+    "deploys a Serve app, which a pipeline step must not do (with blocking=True it never ends)"
+)
 
 
 @dataclass

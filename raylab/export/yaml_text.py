@@ -12,9 +12,15 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 _INDENT = "  "
+# Strings YAML reads as themselves unquoted: a letter first, then letters, digits and
+# `_ . - /` (no `:`, `#`, space or quote), except the words YAML 1.1 reads as booleans
+# or null.
+_PLAIN = re.compile(r"[A-Za-z][A-Za-z0-9_./-]*")
+_YAML_WORDS = frozenset({"y", "n", "yes", "no", "true", "false", "on", "off", "null"})
 
 
 def dump(value: dict[str, Any]) -> str:
@@ -23,8 +29,11 @@ def dump(value: dict[str, Any]) -> str:
 
 
 def scalar(value: Any) -> str:
-    """One YAML scalar (JSON's spelling, with YAML-safe escapes for any string)."""
+    """One YAML scalar: a word as it is (`name`, `ray.io/v1`), anything else in JSON's
+    spelling, with YAML-safe escapes for any string."""
     if isinstance(value, str):
+        if _PLAIN.fullmatch(value) and value.lower() not in _YAML_WORDS:
+            return value
         return "".join(_safe(ch) for ch in json.dumps(value, ensure_ascii=False))
     if value is None or isinstance(value, bool | int | float):
         return json.dumps(value)  # null, true, 3, 1.5 (NaN/inf raise below)
@@ -64,8 +73,8 @@ def _sequence(value: list[Any], depth: int) -> list[str]:
     lines: list[str] = []
     for item in value:
         if (isinstance(item, dict | list)) and item:
-            inner = _mapping(item, depth + 1) if isinstance(item, dict) else _sequence(
-                item, depth + 1
+            inner = (
+                _mapping(item, depth + 1) if isinstance(item, dict) else _sequence(item, depth + 1)
             )
             first = inner[0][len(pad) + len(_INDENT) :]
             lines += [f"{pad}- {first}", *inner[1:]]
