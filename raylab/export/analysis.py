@@ -17,7 +17,7 @@ from .notebook import Cell, ran_in_order
 from .params import parameter_of
 from .scope import binds_and_loads, env_reads, is_inert, place_definitions
 from .serve_apps import resolve_apps
-from .serve_calls import ServeAliases
+from .serve_calls import ServeAliases, imports_serve
 
 # Cell magics whose body is Python run in the notebook's namespace: the body is kept.
 _PYTHON_CELL_MAGICS = frozenset({"time", "capture", "prun"})
@@ -203,6 +203,7 @@ def _finish(a: Analysis, timeline: list[tuple[int, int, str]], serve: ServeAlias
     place_definitions(a.stmts, {p.name for p in a.params})
     resolve_apps(a, serve)
     trees = [ast.parse(s.source) for s in a.stmts]
+    a.uses_serve = any(imports_serve(n) for t in trees for n in t.body)
     a.gpu_cells = sorted({s.cell for s, t in zip(a.stmts, trees, strict=True) if _asks_gpus(t)})
     a.add_env([n for n in env_reads(trees) if not _set_by_the_runtime(n)])
     a.undefined = undefined_names(timeline)

@@ -90,6 +90,7 @@ class Analysis:
     serve_calls: list[ServeCall] = field(default_factory=list)
     serve_apps: list[ServeApp] = field(default_factory=list)
     serve_refused: list[ServeRefusal] = field(default_factory=list)
+    uses_serve: bool = False  # the kept code imports ray.serve: the project needs ray[serve]
 
     def note(self, cell: int, line: int, written: str, action: str, why: str) -> None:
         self.notes.append(Note(cell, line, _short(written), action, why))

@@ -81,7 +81,7 @@ def project_files(p: Project, report: str) -> dict[str, str | bytes]:
             build=BUILD,
             pipeline=PIPELINE,
             tests=TESTS,
-            ray_requirement=ray_requirement(p.target.ray_version),
+            ray_requirement=ray_requirement(p.target.ray_version, serve=a.uses_serve),
             requirements=a.requirements,
             package=p.package,
             package_modules=p.carried.package_modules,

@@ -150,7 +150,7 @@ def build_report(
     lines += ["", "## Dependencies", ""]
     lines.append(
         "".join(f"`{r}`, " for r in PIPELINE)
-        + f"`{ray_requirement(target.ray_version)}` (the kernel's), "
+        + f"`{ray_requirement(target.ray_version, serve=a.uses_serve)}` (the kernel's), "
         f"Python {target.python_version}"
         + (", and from the notebook: " + ", ".join(f"`{r}`" for r in a.requirements)
            + " (Ray workers install these too, see `cluster.WORKER_REQUIREMENTS`)"

@@ -98,3 +98,15 @@ class ServeCall:
     function: str  # run, start, shutdown, delete; "" for one inside an expression
     call: ast.Call
     in_function: bool  # inside a def or lambda: its arguments are the function's
+
+
+def imports_serve(node: ast.stmt) -> bool:
+    """`import ray.serve`, `from ray import serve`, `from ray.serve... import ...`."""
+    if isinstance(node, ast.Import):
+        return any(a.name == "ray.serve" or a.name.startswith("ray.serve.") for a in node.names)
+    if isinstance(node, ast.ImportFrom) and not node.level:
+        module = node.module or ""
+        if module == "ray":
+            return any(a.name == "serve" for a in node.names)
+        return module == "ray.serve" or module.startswith("ray.serve.")
+    return False

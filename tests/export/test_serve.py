@@ -92,8 +92,7 @@ def test_every_alias_of_serve_run_is_left_out_and_its_app_written(tmp_path: Path
             DEPLOYMENT,
             "app = Model.bind()\nhandle = serve.run(app, name='a', route_prefix='/a')",
             "rs.run(Model.options(num_replicas=2).bind(), name='b', route_prefix='/b')",
-            "ray.serve.run(Model.bind(), True, 'c', route_prefix='/c')\n"
-            "start_serve()",
+            "ray.serve.run(Model.bind(), True, 'c', route_prefix='/c')\nstart_serve()",
             "deploy(Model.bind(), name='d', route_prefix='/d')",
             "total = 41 + 1\ntotal",
         ],
@@ -116,6 +115,7 @@ def test_every_alias_of_serve_run_is_left_out_and_its_app_written(tmp_path: Path
                  "route_prefix='/d')` |"):  # fmt: skip
         assert line in report
     assert "kubectl apply -f rayservice.yaml" in report
+    assert '"ray[data,client,serve]==' in files["pyproject.toml"]  # notebook.py imports Serve
     assert "handle is not defined in the pipeline" in report
     assert "`nb.notebook:app`" in report
     assert result.warnings == [
@@ -132,16 +132,15 @@ def test_defaults_and_a_generated_name_that_collides_with_nothing(tmp_path: Path
     (app,) = apps(files)
     assert (app["name"], app["route_prefix"]) == ("default", "/")
     variable = app["import_path"].split(":")[1]
-    assert variable not in ("serve_app",) and variable.isidentifier()
+    assert variable != "serve_app"
+    assert variable.isidentifier()
     tree = ast.parse(files["nb/notebook.py"])
     assigned = [ast.unparse(n) for n in tree.body if isinstance(n, ast.Assign)]
     assert assigned == [f"{variable} = Model.bind()"]
     assert "serve_app = 3" in step_code(files["nb/notebook.py"])
 
 
-def test_importing_the_app_deploys_nothing_and_runs_no_cell(
-    tmp_path: Path, imported: Any
-) -> None:
+def test_importing_the_app_deploys_nothing_and_runs_no_cell(tmp_path: Path, imported: Any) -> None:
     marker = tmp_path / "ran"
     result, files = export(
         tmp_path,
@@ -183,7 +182,10 @@ def test_hostile_names_reach_the_manifest_as_written(tmp_path: Path) -> None:
          "route_prefix 'model' does not start with \"/\""),
         ("serve.run(Model.bind(), route_prefix='/a\\x1b[2J')",
          "route_prefix '/a\\x1b[2J' has control, unprintable or blank characters"),
-        ("serve.run(Model.bind(), route_prefix='/model/')", 'route_prefix \'/model/\' ends with "/"'),
+        ("serve.run(Model.bind(), route_prefix='/model/')",
+         'route_prefix \'/model/\' ends with "/"'),
+        ("serve.run(Model.bind(), route_prefix='/a b')",
+         "route_prefix '/a b' has control, unprintable or blank characters"),
         ("serve.run(Model.bind(), name='a\\nb')",
          "its app name 'a\\nb' has control or unprintable characters"),
         ("serve.run(Model.bind(), name=NAME)", "its name= is not a literal string (NAME)"),
@@ -244,3 +246,4 @@ def test_a_notebook_without_serve_gets_no_rayservice(tmp_path: Path) -> None:
     assert "rayservice.yaml" not in files
     assert "Serve" not in files["EXPORT.md"]
     assert "Serve" not in files["nb/notebook.py"]
+    assert '"ray[data,client]==' in files["pyproject.toml"]
