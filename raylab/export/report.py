@@ -221,6 +221,8 @@ def _placement(a: Analysis, cell: int) -> str:
         where.append("imports (module top)")
     if any(s.kind == "def" and s.module_level for s in stmts):
         where.append("functions Ray workers import (module top)")
+    if any(s.kind == "app" for s in stmts):
+        where.append("Serve app for rayservice.yaml (module top)")
     if any(s.kind in ("code", "show") or (s.kind == "def" and not s.module_level)
            for s in stmts):  # fmt: skip
         step = next(s.step for s in stmts if s.kind in ("code", "show", "def"))

@@ -118,6 +118,7 @@ def test_every_alias_of_serve_run_is_left_out_and_its_app_written(tmp_path: Path
     assert '"ray[data,client,serve]==' in files["pyproject.toml"]  # notebook.py imports Serve
     assert "handle is not defined in the pipeline" in report
     assert "`nb.notebook:app`" in report
+    assert "| 3 | Serve app for rayservice.yaml (module top) |" in report  # the Cells table
     assert result.warnings == [
         "no cluster connected: the pipeline uses the default cluster spec; pass --cluster "
         "NAME to use one of yours"
