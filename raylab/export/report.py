@@ -276,8 +276,13 @@ def _serve(a: Analysis, package: str, target: ClusterTarget) -> list[str]:
             "The RayService's image must hold this project for that import: build one "
             f"`FROM {target.image}` that runs `pip install .` in this folder and set it as "
             f"the `image` of every container in `{RAYSERVICE}` (or give each app a "
-            "`runtime_env` whose `working_dir` is the URL of a zip of this folder). Its "
-            "Ray checks the token in the Secret above, as the pipeline's clusters do.",
+            "`runtime_env` whose `working_dir` is the URL of a zip of this folder).",
+            "",
+            "Its Ray checks the token in the Secret above, as the pipeline's clusters do. "
+            "KubeRay deploys the apps through the head's dashboard, which then asks for "
+            "that token: KubeRay 1.5.0 (the version raylab tests) has no way to present "
+            "it; later versions take `authOptions` in `rayClusterConfig`. Check that your "
+            "KubeRay's RayService reaches *Running* (`kubectl get rayservice`).",
         ]
         if a.env_names:
             lines += ["", "The environment variables the notebook reads ("
