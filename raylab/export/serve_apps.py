@@ -159,8 +159,11 @@ def _module_level(
         raise _Refused("called inside a function, whose app is known only when it runs")
     if isinstance(target, ast.Name):
         variable = target.id
+        if variable in {d.name for d in a.stmts if d.kind == "def"}:
+            raise _Refused(f"{variable} is a deployment, not an app: serve.run takes "
+                           f"{variable}.bind()")  # fmt: skip
         if variable in module_names:
-            return variable  # already an app defined at the top (deployed twice)
+            return variable  # an import, or an app already at the top (deployed twice)
         if bound[variable] != 1:
             raise _Refused(f"{variable} is assigned {bound[variable]} times (or is a "
                            "parameter); assign the app once: app = Model.bind()")  # fmt: skip

@@ -194,6 +194,7 @@ def test_hostile_names_reach_the_manifest_as_written(tmp_path: Path) -> None:
         ("app = Model.bind(path)\nserve.run(app)", "the app (cell 3) reads path"),
         ("def go():\n    serve.run(Model.bind())\ngo()", "called inside a function"),
         ("handles = [serve.run(Model.bind())]", "called inside an expression"),
+        ("serve.run(Model)", "Model is a deployment, not an app: serve.run takes Model.bind()"),
     ],
 )  # fmt: skip
 def test_an_app_that_cannot_be_written_is_refused_in_one_line(
