@@ -97,7 +97,7 @@ class Cleaner:
         self.cell = cell
         self.offset = offset  # lines above the Python (a `%%time` line)
         self.removed = 0
-        self.functions = 0  # depth of defs and lambdas around the statement
+        self.functions = 0  # how many defs the statement is inside
 
     def note(self, node: ast.stmt, written: str, action: str, why: str) -> None:
         self.a.note(self.cell, node.lineno + self.offset, written, action, why)
