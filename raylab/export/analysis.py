@@ -16,6 +16,8 @@ from .model import Analysis, Parameter, Stmt
 from .notebook import Cell, ran_in_order
 from .params import parameter_of
 from .scope import binds_and_loads, env_reads, is_inert, place_definitions
+from .serve_apps import resolve_apps
+from .serve_calls import ServeAliases, imports_serve
 
 # Cell magics whose body is Python run in the notebook's namespace: the body is kept.
 _PYTHON_CELL_MAGICS = frozenset({"time", "capture", "prun"})
@@ -147,7 +149,7 @@ def analyze(cells: Sequence[Cell], steps: Sequence[str]) -> Analysis:
             why = "shows a value the notebook wrote into its environment; not kept as the "
             a.note(result_cell.number, 1, "Out[]", "dropped", why + "tests' expected result")
     a.notes.sort(key=lambda n: (n.cell, n.line))
-    _finish(a, timeline)
+    _finish(a, timeline, names.serve)
     return a
 
 
@@ -188,7 +190,7 @@ def _is_print(node: ast.expr) -> bool:
     return isinstance(f, ast.Name) and f.id == "print"
 
 
-def _finish(a: Analysis, timeline: list[tuple[int, int, str]]) -> None:
+def _finish(a: Analysis, timeline: list[tuple[int, int, str]], serve: ServeAliases) -> None:
     for s in a.stmts:
         try:
             s.binds, s.loads = binds_and_loads(s.source)
@@ -199,7 +201,9 @@ def _finish(a: Analysis, timeline: list[tuple[int, int, str]]) -> None:
                 "and return do not work there",
             ) from None
     place_definitions(a.stmts, {p.name for p in a.params})
+    resolve_apps(a, serve)
     trees = [ast.parse(s.source) for s in a.stmts]
+    a.uses_serve = any(imports_serve(n) for t in trees for n in t.body)
     a.gpu_cells = sorted({s.cell for s, t in zip(a.stmts, trees, strict=True) if _asks_gpus(t)})
     a.add_env([n for n in env_reads(trees) if not _set_by_the_runtime(n)])
     a.undefined = undefined_names(timeline)

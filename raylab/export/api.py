@@ -111,6 +111,9 @@ def export_notebook(
     if cluster is None:
         warnings.append("no cluster connected: the pipeline uses the default cluster spec; "
                         "pass --cluster NAME to use one of yours")  # fmt: skip
+    for r in analysis.serve_refused:
+        warnings.append(f"Serve app of cell {r.cell}, line {r.line} not in rayservice.yaml: "
+                        f"{r.why}")  # fmt: skip
     if not analysis.in_order:
         warnings.append("the notebook's cells were run out of order; the pipeline runs them "
                         "top to bottom")  # fmt: skip

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from .env_writes import RUN_TIME_NAME, EnvAliases, EnvWrite, bound_names, env_write
 from .magic_lines import decide, ipython_call, uses_ipython
 from .model import Analysis
+from .serve_calls import DEPLOYING, DEPLOYS, ServeAliases, ServeCall
 
 # Libraries that only draw or display: their imports and the statements using them go.
 _DISPLAY_MODULES = frozenset(
@@ -22,6 +23,12 @@ _DISPLAY_ATTRS = frozenset({"plot", "hist", "boxplot", "imshow", "show"})
 _RAY_LIFECYCLE = frozenset({"init", "shutdown"})
 _RAY_WHY = "the pipeline's Ray resource connects (ray.init) and disconnects (ray.shutdown)"
 _COMPOUND_FIELDS = ("body", "orelse", "finalbody")
+_SERVE_WHY = {
+    "run": f"{DEPLOYS}; the app is written to rayservice.yaml instead (see Serve apps)",
+    "start": "starts Serve; the RayService in rayservice.yaml runs Serve (see Serve apps)",
+    "shutdown": "stops Serve apps; the RayService in rayservice.yaml owns them",
+    "delete": "stops Serve apps; the RayService in rayservice.yaml owns them",
+}
 
 
 @dataclass
@@ -32,10 +39,12 @@ class Names:
     ray_functions: set[str] = field(default_factory=set)  # from ray import init
     display: set[str] = field(default_factory=lambda: {"display"})  # a kernel builtin
     env: EnvAliases = field(default_factory=EnvAliases)  # os.environ and os.putenv
+    serve: ServeAliases = field(default_factory=ServeAliases)  # ray.serve and its run
 
     def learn_import(self, node: ast.Import | ast.ImportFrom) -> bool:
         """Record aliases; True when the import is of a display-only library."""
         self.env.learn(node)
+        self.serve.learn(node)
         if isinstance(node, ast.Import):
             roots = [a.name.split(".")[0] for a in node.names]
             for alias in node.names:
@@ -88,6 +97,7 @@ class Cleaner:
         self.cell = cell
         self.offset = offset  # lines above the Python (a `%%time` line)
         self.removed = 0
+        self.functions = 0  # how many defs the statement is inside
 
     def note(self, node: ast.stmt, written: str, action: str, why: str) -> None:
         self.a.note(self.cell, node.lineno + self.offset, written, action, why)
@@ -132,7 +142,17 @@ class Cleaner:
         ):
             self.note(node, ast.unparse(node), "dropped", _RAY_WHY)
             return []
+        if self.names.serve.only_lifecycle_import(node):
+            self.note(node, ast.unparse(node), "dropped", "imports Serve's deploying calls, "
+                      "which are left out (see Serve apps)")  # fmt: skip
+            return []
         value = getattr(node, "value", None)
+        if isinstance(node, ast.Expr | ast.Assign | ast.AnnAssign | ast.AugAssign):
+            function = self.names.serve.function(value)
+            if function is not None:
+                assert isinstance(value, ast.Call)
+                self._drop_serve(node, value, function)
+                return []
         if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
             targets = _targets(node)
             if value is not None and ipython_call(value) is not None:
@@ -160,6 +180,11 @@ class Cleaner:
                 return []
         before = self.removed
         self._inside(node)
+        inner = self.names.serve.found_in(node)
+        if inner is not None:
+            # Deploying inside an expression (`if serve.run(app): ...`): all of it goes.
+            self._drop_serve(node, inner, "")
+            return []
         if (
             self.removed != before
             and isinstance(node, ast.Try | ast.TryStar)
@@ -190,7 +215,34 @@ class Cleaner:
             why += f"; {', '.join(bound)} is not defined in the pipeline"
         self.note(node, f"{', '.join(known) or 'os.environ[…]'} = …", "dropped", why)
 
+    def _drop_serve(self, node: ast.stmt, call: ast.Call, function: str) -> None:
+        written = ast.unparse(node).splitlines()[0]
+        if function:
+            why = _SERVE_WHY[function]
+        else:
+            name = self.names.serve.function(call) or "run"
+            why = f"calls serve.{name} inside an expression: the whole statement is left out"
+            if name in DEPLOYING:
+                why += "; its app is not in rayservice.yaml (call serve.run on a line of its own)"
+        if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            why += f"; {_targets(node)} is not defined in the pipeline"
+        self.note(node, written, "dropped", why)
+        self.a.serve_calls.append(
+            ServeCall(self.cell, node.lineno + self.offset, written, function, call,
+                      in_function=self.functions > 0)
+        )  # fmt: skip
+
     def _inside(self, node: ast.stmt) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            self.functions += 1
+            try:
+                self._inside_bodies(node)
+            finally:
+                self.functions -= 1
+        else:
+            self._inside_bodies(node)
+
+    def _inside_bodies(self, node: ast.stmt) -> None:
         for name in _COMPOUND_FIELDS:
             body = getattr(node, name, None)
             if isinstance(body, list) and body and isinstance(body[0], ast.stmt):

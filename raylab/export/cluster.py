@@ -111,9 +111,10 @@ def token_secret_name(pipeline: str) -> str:
     return secret_name(pipeline.replace("_", "-").lower())
 
 
-def ray_cluster_spec(target: ClusterTarget, pipeline: str) -> dict[str, Any]:
-    """dagster-ray `RayClusterSpec` keyword arguments for the target cluster, with Ray's
-    token auth on, as on the notebook's clusters."""
+def raycluster_spec(target: ClusterTarget, pipeline: str) -> dict[str, Any]:
+    """The target cluster's RayCluster `spec` (Kubernetes' camelCase), with Ray's token
+    auth on, as on the notebook's clusters, its pods labelled with the pipeline. The
+    pipeline's RayJobs and its RayService (rayservice.yaml) both take it."""
     manifest = raycluster_manifest(
         target.spec,
         target.profile,
@@ -127,13 +128,19 @@ def ray_cluster_spec(target: ClusterTarget, pipeline: str) -> dict[str, Any]:
         head_memory=target.head_memory,
         ray_env=auth_env(token_secret_name(pipeline)),
     )
-    fields = {_snake(key): copy.deepcopy(value) for key, value in manifest["spec"].items()}
+    spec: dict[str, Any] = copy.deepcopy(manifest["spec"])
+    for group in [spec["headGroupSpec"], *spec.get("workerGroupSpecs", [])]:
+        _relabel(group["template"].setdefault("metadata", {}), pipeline)
+    return spec
+
+
+def ray_cluster_spec(target: ClusterTarget, pipeline: str) -> dict[str, Any]:
+    """dagster-ray `RayClusterSpec` keyword arguments for the target cluster (see
+    `raycluster_spec`)."""
+    fields = {_snake(key): value for key, value in raycluster_spec(target, pipeline).items()}
     unknown = sorted(set(fields) - KNOWN_FIELDS)
     if unknown:  # a bug, not a user error: say which field needs mapping
         raise AssertionError(f"RayCluster fields without a RayClusterSpec mapping: {unknown}")
-    groups = [fields["head_group_spec"], *fields["worker_group_specs"]]
-    for group in groups:
-        _relabel(group["template"].setdefault("metadata", {}), pipeline)
     return fields
 
 

@@ -61,6 +61,13 @@ def build_module(a: Analysis, pipeline: str, notebook: str) -> Module:
     )
     blocks += [f"# cell {s.cell}\n{s.source}" for s in a.stmts
                if s.kind == "def" and s.module_level]  # fmt: skip
+    apps = [s for s in a.stmts if s.kind == "app"]
+    if apps:  # after the defs: an app binds the deployments defined above it
+        blocks.append(
+            "# The Serve apps rayservice.yaml deploys (Serve imports them from here).\n"
+            "# Binding a deployment describes the app: it runs none of its code.\n"
+            + "\n".join(f"# cell {s.cell}\n{s.source}" for s in apps)
+        )
     blocks += [_function(a, plan, show, result, carried, no_show) for plan in plans]
     # The docstring and the imports are one blank line apart; everything else two.
     source = blocks[0] + "\n" + "\n\n\n".join(blocks[1:]) + "\n"
@@ -75,7 +82,8 @@ def _fresh(name: str, taken: set[str]) -> str:
 
 def _docstring(notebook: str, a: Analysis) -> str:
     # Through the templates' environment: the file name is the user's text, escaped there.
-    return render("notebook_docstring.py.j2", notebook=notebook)
+    return render("notebook_docstring.py.j2", notebook=notebook,
+                  serve=any(s.kind == "app" for s in a.stmts))  # fmt: skip
 
 
 def _plan(a: Analysis, pipeline: str, functions: dict[str, str]) -> list[StepPlan]:

@@ -11,9 +11,10 @@ TESTS = ("pytest>=8", "ipython>=8")  # the project's `test` extra
 BUILD = ("hatchling>=1.27",)  # its build backend
 
 
-def ray_requirement(ray_version: str) -> str:
-    """The kernel's exact Ray: Ray Client needs the driver and the cluster to match."""
-    return f"ray[data,client]=={ray_version}"
+def ray_requirement(ray_version: str, *, serve: bool = False) -> str:
+    """The kernel's exact Ray: Ray Client needs the driver and the cluster to match. With
+    Serve when the notebook imports it (notebook.py defines its deployments and apps)."""
+    return f"ray[data,client{',serve' if serve else ''}]=={ray_version}"
 
 
 def every_project(ray_version: str) -> tuple[str, ...]:

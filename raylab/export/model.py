@@ -8,7 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-StmtKind = Literal["import", "def", "code", "show"]
+from .serve_calls import ServeCall
+
+# "app": a Serve app's assignment, moved to the module's top level (serve_apps.py).
+StmtKind = Literal["import", "def", "code", "show", "app"]
 
 
 @dataclass
@@ -47,6 +50,27 @@ class Note:
     why: str
 
 
+@dataclass(frozen=True)
+class ServeApp:
+    """A Serve app of the notebook, as rayservice.yaml deploys it."""
+
+    cell: int
+    line: int
+    name: str
+    route_prefix: str | None  # None: no HTTP route (handles only)
+    variable: str  # the module-level name of the app in notebook.py
+
+
+@dataclass(frozen=True)
+class ServeRefusal:
+    """A `serve.run` whose app is not in rayservice.yaml, and why (one line)."""
+
+    cell: int
+    line: int
+    written: str
+    why: str
+
+
 @dataclass
 class Analysis:
     stmts: list[Stmt] = field(default_factory=list)
@@ -62,6 +86,11 @@ class Analysis:
     gpu_cells: list[int] = field(default_factory=list)  # cells asking Ray for num_gpus
     # What the notebook wrote into its environment (env_writes.py): in no file, ever.
     written_values: list[str] = field(default_factory=list)
+    # Ray Serve: the calls left out of the steps, the apps for rayservice.yaml, the others.
+    serve_calls: list[ServeCall] = field(default_factory=list)
+    serve_apps: list[ServeApp] = field(default_factory=list)
+    serve_refused: list[ServeRefusal] = field(default_factory=list)
+    uses_serve: bool = False  # the kept code imports ray.serve: the project needs ray[serve]
 
     def note(self, cell: int, line: int, written: str, action: str, why: str) -> None:
         self.notes.append(Note(cell, line, _short(written), action, why))

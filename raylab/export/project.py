@@ -29,6 +29,8 @@ from .dependencies import BUILD, PIPELINE, TESTS, ray_requirement
 from .environment import Carried
 from .errors import ExportError
 from .model import Analysis
+from .rayservice import FILE as RAYSERVICE
+from .rayservice import rayservice_yaml
 from .templating import render
 
 REPORT = "EXPORT.md"
@@ -79,7 +81,7 @@ def project_files(p: Project, report: str) -> dict[str, str | bytes]:
             build=BUILD,
             pipeline=PIPELINE,
             tests=TESTS,
-            ray_requirement=ray_requirement(p.target.ray_version),
+            ray_requirement=ray_requirement(p.target.ray_version, serve=a.uses_serve),
             requirements=a.requirements,
             package=p.package,
             package_modules=p.carried.package_modules,
@@ -139,6 +141,8 @@ def project_files(p: Project, report: str) -> dict[str, str | bytes]:
     }
     if a.result_text is not None:
         files["tests/notebook_result.txt"] = a.result_text + "\n"
+    if a.serve_apps:
+        files[RAYSERVICE] = rayservice_yaml(a, p.target, p.name)
     _check_python(files)  # what raylab generated; the notebook's own modules are theirs
     return {**files, **p.carried.files}
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 from .cluster import ClusterTarget, token_secret_name
 from .codegen import StepPlan
 from .dependencies import PIPELINE, ray_requirement
 from .model import Analysis
+from .rayservice import FILE as RAYSERVICE
+from .rayservice import import_path, rayservice_name
 from .run_rights import RULES, role_yaml
 
 
@@ -129,6 +133,8 @@ def build_report(
             ["cell, line", "notebook", "what", "why"],
             [[f"{n.cell}, {n.line}", f"`{n.written}`", n.action, n.why] for n in a.notes],
         )
+    if a.serve_calls:
+        lines += ["", *_serve(a, name, target)]
     lines += ["", "## Parameters", ""]
     if a.params:
         lines.append("The `parameters` cell's values are the defaults of the asset "
@@ -144,7 +150,7 @@ def build_report(
     lines += ["", "## Dependencies", ""]
     lines.append(
         "".join(f"`{r}`, " for r in PIPELINE)
-        + f"`{ray_requirement(target.ray_version)}` (the kernel's), "
+        + f"`{ray_requirement(target.ray_version, serve=a.uses_serve)}` (the kernel's), "
         f"Python {target.python_version}"
         + (", and from the notebook: " + ", ".join(f"`{r}`" for r in a.requirements)
            + " (Ray workers install these too, see `cluster.WORKER_REQUIREMENTS`)"
@@ -215,6 +221,8 @@ def _placement(a: Analysis, cell: int) -> str:
         where.append("imports (module top)")
     if any(s.kind == "def" and s.module_level for s in stmts):
         where.append("functions Ray workers import (module top)")
+    if any(s.kind == "app" for s in stmts):
+        where.append("Serve app for rayservice.yaml (module top)")
     if any(s.kind in ("code", "show") or (s.kind == "def" and not s.module_level)
            for s in stmts):  # fmt: skip
         step = next(s.step for s in stmts if s.kind in ("code", "show", "def"))
@@ -222,3 +230,73 @@ def _placement(a: Analysis, cell: int) -> str:
     if any(p.cell == cell for p in a.params):
         where.append("config")
     return ", ".join(where) or "nothing (see below)"
+
+
+def _serve(a: Analysis, package: str, target: ClusterTarget) -> list[str]:
+    """The Serve section: the calls left out, the RayService, what it needs."""
+    lines = [
+        "## Serve apps",
+        "",
+        "The notebook deploys Ray Serve apps. A pipeline step must end, and `serve.run` "
+        "would deploy each app on the step's own cluster, which goes when the step ends "
+        "(with `blocking=True` the step would never end), so these calls are left out of "
+        "the steps:",
+        "",
+    ]
+    lines += _table(["cell, line", "notebook"],
+                    [[f"{c.cell}, {c.line}", f"`{c.written}`"] for c in a.serve_calls])  # fmt: skip
+    if a.serve_apps:
+        lines += [
+            "",
+            f"The apps are deployed instead by `{RAYSERVICE}` (beside this file), a KubeRay "
+            f"RayService `{rayservice_name(package)}` in namespace `{target.namespace}` on a "
+            "cluster like the pipeline's (the image, GPUs and workers above), which keeps "
+            "them running and serving:",
+            "",
+            "```sh",
+            f"kubectl apply -f {RAYSERVICE}",
+            "```",
+            "",
+        ]
+        lines += _table(
+            ["app", "route prefix", "import path"],
+            [[_quoted(app.name), _quoted(app.route_prefix) if app.route_prefix is not None
+              else "none (handles only)", f"`{import_path(package, app)}`"]
+             for app in a.serve_apps],
+        )  # fmt: skip
+        lines += [
+            "",
+            f"Serve imports each app from `{package}/notebook.py`, where it is defined at "
+            "the top level (its `app = Model.bind(...)` moved there from the step, or a "
+            "name given to the expression `serve.run` took): binding a deployment only "
+            "describes the app, so importing the module runs no cell and deploys nothing; "
+            "the deployment's code runs in its replicas. The pipeline's steps do not use "
+            "the apps.",
+            "",
+            "The RayService's image must hold this project for that import: build one "
+            f"`FROM {target.image}` that runs `pip install .` in this folder and set it as "
+            f"the `image` of every container in `{RAYSERVICE}` (or give each app a "
+            "`runtime_env` whose `working_dir` is the URL of a zip of this folder).",
+            "",
+            "Its Ray checks the token in the Secret above, as the pipeline's clusters do. "
+            "KubeRay deploys the apps through the head's dashboard, which then asks for "
+            "that token: KubeRay 1.5.0 (the version raylab tests) has no way to present "
+            "it; later versions take `authOptions` in `rayClusterConfig`. Check that your "
+            "KubeRay's RayService reaches *Running* (`kubectl get rayservice`).",
+        ]
+        if a.env_names:
+            lines += ["", "The environment variables the notebook reads ("
+                      + ", ".join(f"`{n}`" for n in a.env_names) + ") are not set there: "
+                      "add them to each app's `runtime_env` `env_vars`, or to the "
+                      "containers' `env`."]  # fmt: skip
+    if a.serve_refused:
+        lines += ["", f"**Not in `{RAYSERVICE}`**" + (" (so it was not written)" if not
+                  a.serve_apps else "") + ":", ""]  # fmt: skip
+        lines += [f"- cell {r.cell}, line {r.line} (`{r.written}`): {r.why}"
+                  for r in a.serve_refused]  # fmt: skip
+    return lines
+
+
+def _quoted(text: str) -> str:
+    """A name from the notebook, shown as a JSON string (its quotes and escapes)."""
+    return json.dumps(text, ensure_ascii=False)
