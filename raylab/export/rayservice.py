@@ -11,12 +11,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
+
 from .cluster import PIPELINE_LABEL, ClusterTarget, raycluster_spec
 from .model import Analysis, ServeApp
-from .yaml_text import dump
 
 FILE = "rayservice.yaml"
 _DNS_LABEL_MAX = 40  # KubeRay names the cluster and Services after it, with suffixes
+
+
+def to_yaml(value: Any) -> str:
+    """YAML that reads back as `value` whatever its strings hold (the notebook's app names
+    and routes): PyYAML quotes and escapes what YAML could not hold plain."""
+    return yaml.safe_dump(value, sort_keys=False, allow_unicode=False, width=100)
 
 
 def rayservice_name(pipeline: str) -> str:
@@ -54,7 +61,7 @@ def rayservice_manifest(a: Analysis, target: ClusterTarget, pipeline: str) -> di
             "labels": {PIPELINE_LABEL: pipeline},
         },
         "spec": {
-            "serveConfigV2": dump(serve_config(a, pipeline)),
+            "serveConfigV2": to_yaml(serve_config(a, pipeline)),
             "rayClusterConfig": raycluster_spec(target, pipeline),
         },
     }
@@ -65,4 +72,4 @@ def rayservice_yaml(a: Analysis, target: ClusterTarget, pipeline: str) -> str:
         f"# The Serve apps of {pipeline}'s notebook, exported by raylab: see EXPORT.md.\n"
         "# kubectl apply -f rayservice.yaml\n"
     )
-    return header + dump(rayservice_manifest(a, target, pipeline))
+    return header + to_yaml(rayservice_manifest(a, target, pipeline))
