@@ -12,19 +12,16 @@ a message naming it instead of a bare 599.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import socket
-import weakref
-from typing import Any
+from typing import Any, NoReturn
 
-from tornado import web
-from tornado.netutil import DefaultLoopResolver, Resolver, is_valid_ip
-from tornado.simple_httpclient import SimpleAsyncHTTPClient
+import aiohttp
+from tornado import httputil, web
 
 from ..backends.base import Backend
 from ..model import ClusterInfo
 from ..serving.apps import HOW_TO_DEPLOY
+from . import upstream_client
 from .dashboard import DashboardKeyHandler, DashboardProxyHandler
 from .paths import serve_path
 
@@ -89,20 +86,40 @@ class ServeUpstream:
                 raise
             self._upstream_failed(timed_out, proxied_path)
 
-    async def _buffered(self, host: str, port: int, proxied_path: str) -> Any:
-        """The library's buffered proxying, with a client kept for this loop: the
-        library makes a client per request, and its resolver takes a thread for an IP
-        address, a millisecond a request on a busy machine (bench/bench_serve.py)."""
+    async def _buffered(self, host: str, port: int, proxied_path: str) -> None:
+        """Proxied as the library's buffered mode does, over kept-alive connections
+        (upstream_client.py)."""
         handler: Any = self
         if not handler._check_host_allowlist(host):
             raise web.HTTPError(403, f"host {host!r} is not this cluster's")
-        for header in HOP_BY_HOP:
-            handler.request.headers.pop(header, None)
         handler._record_activity()
         body = handler.request.body or (b"" if handler.request.method in ("POST", "PUT") else None)
-        return await handler._proxy_buffered(host, port, proxied_path, body, _client())
+        request = handler._build_proxy_request(host, port, proxied_path, body)
+        try:
+            answer = await upstream_client.fetch(
+                request.method, request.url, list(request.headers.get_all()), body,
+                connect_timeout=request.connect_timeout, timeout=request.request_timeout,
+            )  # fmt: skip
+        except TimeoutError:
+            self._upstream_failed(True, proxied_path)
+        except aiohttp.ClientConnectorError:
+            self._upstream_failed(False, proxied_path)
+        except aiohttp.ClientError as exc:
+            raise _JsonError(502, f"the Serve app at {proxied_path} broke the connection",
+                             str(exc) or type(exc).__name__) from None  # fmt: skip
+        handler._record_activity()
+        handler.set_status(answer.status, answer.reason or None)
+        handler._headers = httputil.HTTPHeaders()
+        for header, value in answer.headers.items():
+            if header.lower() in ("content-length", "transfer-encoding", "connection"):
+                continue
+            if header.lower() == "location" and answer.status in (301, 302, 303, 307, 308):
+                value = handler._rewrite_location_header(value, host, port, proxied_path)
+            handler.add_header(header, value)
+        if answer.body:
+            handler.write(answer.body)
 
-    def _upstream_failed(self, timed_out: bool, route: str) -> None:
+    def _upstream_failed(self, timed_out: bool, route: str) -> NoReturn:
         name = self.path_kwargs.get("name", "")
         if timed_out:
             timeout = self.settings["raylab_settings"].options.serve_timeout_s
@@ -116,38 +133,6 @@ class ServeUpstream:
             status, message = 404, f"no Serve app is deployed on cluster {name!r}"
             detail = HOW_TO_DEPLOY
         raise _JsonError(status, message, detail)
-
-
-HOP_BY_HOP = ("Proxy-Connection", "Keep-Alive", "Transfer-Encoding", "TE", "Connection",
-              "Trailer", "Upgrade", "Proxy-Authorization", "Proxy-Authenticate")  # fmt: skip
-_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SimpleAsyncHTTPClient] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-class _AddressResolver(Resolver):
-    """An IP address resolves to itself, on the loop; a name as Tornado resolves it."""
-
-    def initialize(self) -> None:
-        self._names = DefaultLoopResolver()
-
-    async def resolve(
-        self, host: str, port: int, family: socket.AddressFamily = socket.AF_UNSPEC
-    ) -> list[tuple[int, Any]]:
-        if is_valid_ip(host):
-            return [(socket.AF_INET6 if ":" in host else socket.AF_INET, (host, port))]
-        found: list[tuple[int, Any]] = await self._names.resolve(host, port, family)
-        return found
-
-
-def _client() -> SimpleAsyncHTTPClient:
-    loop = asyncio.get_running_loop()
-    client = _clients.get(loop)
-    if client is None:
-        client = SimpleAsyncHTTPClient(force_instance=True, max_clients=64,
-                                       resolver=_AddressResolver())  # fmt: skip
-        _clients[loop] = client
-    return client
 
 
 class _JsonError(web.HTTPError):
