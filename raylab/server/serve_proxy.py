@@ -26,6 +26,7 @@ from .dashboard import DashboardKeyHandler, DashboardProxyHandler
 from .paths import serve_path
 
 CONNECT_TIMEOUT_S = 10.0
+REDIRECTS = (301, 302, 303, 307, 308)
 
 
 class ServeUpstream:
@@ -67,57 +68,49 @@ class ServeUpstream:
         return request
 
     async def proxy(self, host: str, port: int, proxied_path: str) -> Any:
-        handler: Any = self
-        try:
-            if handler.request.headers.get("Accept") == "text/event-stream":
-                return await super().proxy(host, port, proxied_path)  # type: ignore[misc]
-            return await self._buffered(host, port, proxied_path)
-        except OSError:  # nothing listens at the cluster's Serve port
-            self._upstream_failed(False, proxied_path)
-        except web.HTTPError as err:
-            # The library's words for what went wrong upstream: a 599 from Tornado's
-            # client (timeouts), a 500 with the socket's error (nothing listening).
-            why = str(err.log_message or "")
-            timed_out = err.status_code == 599 and "Timeout" in why and "connect" not in why
-            unreachable = err.status_code in (500, 599) and any(
-                word in why for word in ("refused", "Timeout while connecting", "Stream closed")
-            )
-            if not (timed_out or unreachable):
-                raise
-            self._upstream_failed(timed_out, proxied_path)
+        return await self._relay(host, port, proxied_path)
 
-    async def _buffered(self, host: str, port: int, proxied_path: str) -> None:
-        """Proxied as the library's buffered mode does, over kept-alive connections
-        (upstream_client.py)."""
+    async def _relay(self, host: str, port: int, proxied_path: str) -> None:
+        """The app's answer as it comes: status and headers, then its body part by part
+        (a stream, server-sent events, a large file), over kept-alive connections
+        (upstream_client.py). Headers are handled as jupyter-server-proxy does."""
         handler: Any = self
         if not handler._check_host_allowlist(host):
             raise web.HTTPError(403, f"host {host!r} is not this cluster's")
         handler._record_activity()
         body = handler.request.body or (b"" if handler.request.method in ("POST", "PUT") else None)
         request = handler._build_proxy_request(host, port, proxied_path, body)
+        sent = False
         try:
-            answer = await upstream_client.fetch(
+            async with upstream_client.request(
                 request.method, request.url, list(request.headers.get_all()), body,
-                connect_timeout=request.connect_timeout, timeout=request.request_timeout,
-            )  # fmt: skip
+                connect_timeout=request.connect_timeout, read_timeout=request.request_timeout,
+            ) as response:  # fmt: skip
+                handler.set_status(response.status, response.reason or None)
+                handler._headers = httputil.HTTPHeaders()
+                for header, value in response.headers.items():
+                    if header.lower() in ("content-length", "transfer-encoding", "connection"):
+                        continue
+                    if header.lower() == "location" and response.status in REDIRECTS:
+                        value = handler._rewrite_location_header(value, host, port, proxied_path)
+                    handler.add_header(header, value)
+                async for chunk in response.content.iter_any():
+                    handler.write(chunk)
+                    if not response.content.at_eof():  # more to come: send what is here
+                        sent = True
+                        await handler.flush()
         except TimeoutError:
+            if sent:
+                raise  # mid-stream: the connection is closed, as the app's silence says
             self._upstream_failed(True, proxied_path)
         except aiohttp.ClientConnectorError:
             self._upstream_failed(False, proxied_path)
         except aiohttp.ClientError as exc:
+            if sent:
+                raise
             raise _JsonError(502, f"the Serve app at {proxied_path} broke the connection",
                              str(exc) or type(exc).__name__) from None  # fmt: skip
         handler._record_activity()
-        handler.set_status(answer.status, answer.reason or None)
-        handler._headers = httputil.HTTPHeaders()
-        for header, value in answer.headers.items():
-            if header.lower() in ("content-length", "transfer-encoding", "connection"):
-                continue
-            if header.lower() == "location" and answer.status in (301, 302, 303, 307, 308):
-                value = handler._rewrite_location_header(value, host, port, proxied_path)
-            handler.add_header(header, value)
-        if answer.body:
-            handler.write(answer.body)
 
     def _upstream_failed(self, timed_out: bool, route: str) -> NoReturn:
         name = self.path_kwargs.get("name", "")

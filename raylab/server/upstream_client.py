@@ -1,4 +1,4 @@
-"""One HTTP client per event loop for the Serve proxy, with connections kept alive.
+"""One HTTP client per event loop for the Serve proxy: connections kept alive, answers streamed.
 
 jupyter-server-proxy makes a Tornado client per request, which opens a connection per
 request (Tornado's client keeps none) and resolves even an IP address on a thread: on a
@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
-from multidict import CIMultiDictProxy
 
 _sessions: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiohttp.ClientSession] = (
     weakref.WeakKeyDictionary()
@@ -36,14 +35,6 @@ NOT_FORWARDED = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class Answer:
-    status: int
-    reason: str
-    headers: CIMultiDictProxy[str]
-    body: bytes
-
-
 def _session() -> aiohttp.ClientSession:
     loop = asyncio.get_running_loop()
     session = _sessions.get(loop)
@@ -58,21 +49,21 @@ def _session() -> aiohttp.ClientSession:
     return session
 
 
-async def fetch(
+def request(
     method: str,
     url: str,
     headers: list[tuple[str, str]],
     body: bytes | None,
     *,
     connect_timeout: float,
-    timeout: float,
-) -> Answer:
-    """The whole answer; raises asyncio.TimeoutError, aiohttp.ClientConnectorError (no one
-    listens) or another aiohttp.ClientError (the connection broke)."""
+    read_timeout: float,
+) -> Any:
+    """An `async with` of the upstream's response, whose body is read as it comes
+    (`response.content`): a streamed answer passes through as it is made, and only a
+    silence of `read_timeout` between its parts ends it. Raises asyncio.TimeoutError,
+    aiohttp.ClientConnectorError (no one listens) or another aiohttp.ClientError."""
     sent = [(k, v) for k, v in headers if k.lower() not in NOT_FORWARDED]
-    limits = aiohttp.ClientTimeout(total=timeout, connect=connect_timeout)
-    async with _session().request(
+    limits = aiohttp.ClientTimeout(total=None, connect=connect_timeout, sock_read=read_timeout)
+    return _session().request(
         method, url, headers=sent, data=body, allow_redirects=False, timeout=limits
-    ) as response:
-        data = await response.read()
-        return Answer(response.status, response.reason or "", response.headers, data)
+    )

@@ -90,6 +90,15 @@ def hello_app(who: str) -> Any:
         async def __call__(self, request: Any) -> dict[str, str]:
             if request.url.path.endswith("/slow"):
                 await asyncio.sleep(3600)  # a hung app
+            if request.url.path.endswith("/stream"):
+                from starlette.responses import StreamingResponse
+
+                async def events() -> Any:
+                    for i in range(3):
+                        yield f"data: {i}\n\n"
+                        await asyncio.sleep(1.0)
+
+                return StreamingResponse(events(), media_type="text/event-stream")
             body = (await request.body()).decode()
             return {"cluster": who, "path": request.url.path, "method": request.method,
                     "body": body}  # fmt: skip
@@ -187,6 +196,21 @@ async def test_the_owner_reaches_the_app_through_jupyter(jp_fetch: Any, deployed
     code, body = await fetch(jp_fetch, "clusters", B, "serve", "hello", method="POST",
                              body=json.dumps({"q": 1}))  # fmt: skip
     assert (code, body["cluster"], body["method"], body["body"]) == (200, B, "POST", '{"q": 1}')
+
+
+async def test_a_stream_passes_through_as_it_is_made(jp_fetch: Any, deployed: None) -> None:
+    arrived: list[tuple[float, bytes]] = []
+
+    def on_chunk(chunk: bytes) -> None:
+        arrived.append((time.monotonic(), chunk))
+
+    resp = await jp_fetch("raylab", "clusters", A, "serve", "hello", "stream",
+                          headers=as_user(OWNER), request_timeout=60,
+                          streaming_callback=on_chunk)  # fmt: skip
+    assert resp.code == 200
+    assert resp.headers["Content-Type"].startswith("text/event-stream")
+    assert b"".join(c for _, c in arrived) == b"data: 0\n\ndata: 1\n\ndata: 2\n\n"
+    assert arrived[-1][0] - arrived[0][0] > 1.5  # the first event came before the last was made
 
 
 async def test_others_are_refused_and_an_admin_only_looks(jp_fetch: Any, deployed: None) -> None:
