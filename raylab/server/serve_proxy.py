@@ -27,6 +27,8 @@ from .paths import serve_path
 
 CONNECT_TIMEOUT_S = 10.0
 REDIRECTS = (301, 302, 303, 307, 308)
+STREAM_PART = 16 * 1024  # a part smaller than this is a stream's: sent on at once
+FLUSH_BYTES = 4 * 1024 * 1024
 
 
 class ServeUpstream:
@@ -94,10 +96,15 @@ class ServeUpstream:
                     if header.lower() == "location" and response.status in REDIRECTS:
                         value = handler._rewrite_location_header(value, host, port, proxied_path)
                     handler.add_header(header, value)
+                pending = 0
                 async for chunk in response.content.iter_any():
                     handler.write(chunk)
-                    if not response.content.at_eof():  # more to come: send what is here
-                        sent = True
+                    pending += len(chunk)
+                    # A stream's part (small) goes out at once; a large body in parts
+                    # of FLUSH_BYTES (each flush waits for the browser's socket).
+                    more = not response.content.at_eof()
+                    if more and (len(chunk) < STREAM_PART or pending >= FLUSH_BYTES):
+                        sent, pending = True, 0
                         await handler.flush()
         except TimeoutError:
             if sent:
