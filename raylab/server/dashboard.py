@@ -50,7 +50,6 @@ from .proxy_request import upstream_body, without_jupyter_fields
 _STRIPPED = ("Authorization", "Cookie", "X-XSRFToken", PROXY_HEADER)
 # Where a cluster's upstream is, and its token, by (path, uid, endpoints), kept this long.
 RESOLVED_S = 10.0
-_resolved: dict[tuple[str, str, str], tuple[float, str | None, str | None]] = {}
 # No allow-same-origin: the page gets an opaque origin of its own.
 SANDBOX = "sandbox allow-scripts allow-forms allow-popups allow-downloads"
 _CSP = "Content-Security-Policy"
@@ -121,7 +120,9 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
         # A resumed cluster has new endpoints (local ports), so a new key.
         key = (self.base_path(name), info.uid or name, repr(info.endpoints))
         now = time.monotonic()
-        known = _resolved.get(key)
+        # This server's (its web app's settings): not shared by servers in one process.
+        resolved: dict[Any, Any] = self.settings.setdefault("raylab_resolved", {})
+        known = resolved.get(key)
         if known is not None and now - known[0] < RESOLVED_S:
             address, self._ray_token = known[1], known[2]
         else:
@@ -138,9 +139,9 @@ class DashboardProxyHandler(ProxyHandler):  # type: ignore[misc]  # the library 
                 )
             except RaylabError as err:
                 raise web.HTTPError(err.status, err.message) from None
-            for old in [k for k, v in _resolved.items() if now - v[0] >= RESOLVED_S]:
-                del _resolved[old]
-            _resolved[key] = (now, address, self._ray_token)
+            for old in [k for k, v in resolved.items() if now - v[0] >= RESOLVED_S]:
+                del resolved[old]
+            resolved[key] = (now, address, self._ray_token)
         url = urlparse(address or "")
         if not url.hostname or not url.port:
             self.check_upstream(replace(info, endpoints=Endpoints()))

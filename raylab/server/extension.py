@@ -13,6 +13,7 @@ from ..culler.activity import ActivityReader
 from ..culler.gpu_use import UseHistory
 from ..culler.sweep import busy_percent
 from ..identity import current_groups, current_user, is_admin
+from . import upstream_client
 from .cache import ClusterCache
 from .culling import ServerCuller
 from .dashboard import DashboardKeyHandler, DashboardProxyHandler
@@ -136,3 +137,4 @@ class RaylabExtension(ExtensionApp):
             await self.server_culler.stop()
         if self.cache is not None:
             self.cache.stop()
+        await upstream_client.close()

@@ -67,3 +67,10 @@ def request(
     return _session().request(
         method, url, headers=sent, data=body, allow_redirects=False, timeout=limits
     )
+
+
+async def close() -> None:
+    """Close this loop's session (the server is stopping)."""
+    session = _sessions.pop(asyncio.get_running_loop(), None)
+    if session is not None:
+        await session.close()

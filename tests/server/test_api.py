@@ -281,7 +281,7 @@ async def test_quota_is_checked_before_anything_is_made(
 
 async def test_profiles_list_the_export_feature_and_its_route_answers(jp_fetch: Any) -> None:
     profiles = await fetch_json(jp_fetch, "profiles")
-    features = ["export", "usage", "keep-running", "jobs", "capacity", "gpu-use"]
+    features = ["export", "usage", "keep-running", "jobs", "capacity", "gpu-use", "serve-apps"]
     assert profiles["features"] == features
     assert profiles["autoscales"] is False  # local: the dialog offers no autoscaling
     # Nothing queues locally: the dialog shows no capacity line and no priority.
