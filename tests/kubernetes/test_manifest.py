@@ -70,7 +70,8 @@ def test_a100_workers_get_gpus_node_selection_and_tolerations() -> None:
     params = m["spec"]["headGroupSpec"]["rayStartParams"]
     assert params == {"dashboard-host": "0.0.0.0", "num-gpus": "0", "num-cpus": "0", **fixed}
     ports = {p["name"]: p["containerPort"] for p in head["containers"][0]["ports"]}
-    assert ports == {"gcs-server": 6379, "dashboard": 8265, "client": 10001}
+    # Serve's too: the head Service routes it (KubeRay makes it from these).
+    assert ports == {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "serve": 8000}
     assert "enableInTreeAutoscaling" not in m["spec"]
 
 

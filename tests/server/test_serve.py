@@ -28,9 +28,11 @@ from tornado.httpclient import HTTPClientError
 
 from raylab.backends.local.backend import LocalBackend
 from raylab.config import Settings
-from raylab.culler.activity import ActivityReader
-from raylab.model import ClusterInfo, Phase
+from raylab.culler.sweep import Culler
+from raylab.model import ClusterInfo, IdleState, Phase
 from raylab.service import ClusterService
+from tests.clock import Clock
+from tests.ledgers import ledgers_put_back
 from tests.server.conftest import as_user
 
 OWNER = os.environ.get("JUPYTERHUB_USER") or getpass.getuser()
@@ -251,23 +253,38 @@ async def test_a_hung_app_gets_a_504_that_names_it(jp_fetch: Any, deployed: None
     assert code == 200
 
 
-def test_an_app_that_answers_requests_is_work_and_one_that_does_not_is_idle(
+def test_an_app_that_answers_requests_is_work_and_one_that_does_not_is_warned(
     deployed: None,
 ) -> None:
+    # CPU clusters are never suspended by default; here after 2 min idle, warned 1 min ahead.
+    settings = Settings.from_config(idle_suspend_minutes={"cpu": 2}, idle_warning_minutes=1)
+    clock = Clock(start=time.time() + 600)  # any cell stamp of the deploying kernel, past
+    with ledgers_put_back(settings.local_state_dir(), [OWNER]):
+        sweeps_of_b(Culler(service().backend, settings, clock=clock), clock)
+
+
+def sweeps_of_b(culler: Culler, clock: Clock) -> None:
     info = current(B)
-    reader = ActivityReader(service().backend)
-    assert reader.read(info).state == "idle"  # the first count is only a baseline
     url, metrics = f"{info.endpoints.serve}/hello", info.endpoints.metrics
     assert metrics
-    before = sum((reader.serve.read(metrics) or {}).values())
-    for _ in range(3):
+
+    def served() -> float:
+        return sum((culler.reader.serve.read(metrics) or {}).values())
+
+    culler.sweep([current(B)])  # Serve's count so far: only a baseline
+    for _ in range(3):  # an app called between every two sweeps, for longer than the limit
+        before = served()
         get(url)
-    until("Serve's count of the three requests", 60,
-          lambda: sum((reader.serve.read(metrics) or {}).values()) >= before + 3)  # fmt: skip
-    activity = reader.read(info)
-    assert activity.state == "active"
-    assert activity.why.startswith("Serve answered requests: hello (")
-    assert reader.read(info).state == "idle"  # no request since
+        until("Serve's count of the request", 60, lambda b=before: served() > b)  # type: ignore[misc]
+        clock.advance(60)
+        report = culler.sweep([current(B)])
+        assert (report.active, report.warned) == (1, [])
+    assert current(B).idle == IdleState()
+    clock.advance(60)
+    assert culler.sweep([current(B)]).idle == 1  # nobody called it since
+    clock.advance(60)
+    assert culler.sweep([current(B)]).warned == [B]
+    culler.close()
 
 
 async def test_down_takes_the_app_away(deployed: None, jp_fetch: Any) -> None:
