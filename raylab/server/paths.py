@@ -10,9 +10,3 @@ PREFIX = "raylab"
 def dashboard_path(name: str) -> str:
     """A cluster's Ray dashboard behind the server's proxy, relative to the base URL."""
     return f"{PREFIX}/clusters/{name}/dashboard/"
-
-
-def serve_path(name: str) -> str:
-    """A cluster's Ray Serve apps behind the server's proxy (serve_proxy.py); an app's
-    route follows it (serving/apps.py `app_path` writes the same)."""
-    return f"{PREFIX}/clusters/{name}/serve/"

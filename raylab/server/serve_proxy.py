@@ -20,10 +20,9 @@ from tornado import httputil, web
 
 from ..backends.base import Backend
 from ..model import ClusterInfo
-from ..serving.apps import HOW_TO_DEPLOY
+from ..serving.apps import HOW_TO_DEPLOY, serve_path
 from . import upstream_client
 from .dashboard import DashboardKeyHandler, DashboardProxyHandler
-from .paths import serve_path
 
 CONNECT_TIMEOUT_S = 10.0
 REDIRECTS = (301, 302, 303, 307, 308)
@@ -34,13 +33,8 @@ FLUSH_BYTES = 4 * 1024 * 1024
 class ServeUpstream:
     """What makes a dashboard proxy a Serve proxy (mixed in before it)."""
 
-    rewrite_response: Any
     settings: dict[str, Any]
     path_kwargs: dict[str, Any]
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.rewrite_response = ()  # the app's bytes, as it sent them
 
     def base_path(self, name: str) -> str:
         return serve_path(name)
@@ -69,13 +63,12 @@ class ServeUpstream:
         request.request_timeout = self.settings["raylab_settings"].options.serve_timeout_s
         return request
 
-    async def proxy(self, host: str, port: int, proxied_path: str) -> Any:
-        return await self._relay(host, port, proxied_path)
-
-    async def _relay(self, host: str, port: int, proxied_path: str) -> None:
-        """The app's answer as it comes: status and headers, then its body part by part
-        (a stream, server-sent events, a large file), over kept-alive connections
-        (upstream_client.py). Headers are handled as jupyter-server-proxy does."""
+    async def proxy(self, host: str, port: int, proxied_path: str) -> None:
+        """In place of the library's (which buffers all but event streams, on a new
+        connection each time): the app's answer as it comes, status and headers, then its
+        body part by part (a stream, server-sent events, a large file), over kept-alive
+        connections (upstream_client.py). Headers are handled as jupyter-server-proxy
+        does."""
         handler: Any = self
         if not handler._check_host_allowlist(host):
             raise web.HTTPError(403, f"host {host!r} is not this cluster's")

@@ -12,14 +12,19 @@ HOW_TO_DEPLOY = (
     "deploy one from a notebook connected to the cluster: "
     "serve.run(app, route_prefix='/hello'); `%raycluster serve` lists what runs"
 )
-PROXY_SEGMENT = "serve"  # <base_url>raylab/clusters/NAME/serve/<route>
+
+
+def serve_path(cluster: str) -> str:
+    """A cluster's Serve apps behind the Jupyter server's proxy (server/serve_proxy.py),
+    relative to its base URL, as server/paths.py writes the dashboard's."""
+    return f"raylab/clusters/{cluster}/serve/"
 
 
 def app_path(cluster: str, route: str | None) -> str:
     """Where the app is under Jupyter's base URL ("" for an app without a route)."""
     if route is None:
         return ""
-    return f"raylab/clusters/{cluster}/{PROXY_SEGMENT}/{route.lstrip('/')}"
+    return serve_path(cluster) + route.lstrip("/")
 
 
 def parse_details(
