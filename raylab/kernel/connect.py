@@ -30,7 +30,7 @@ from ..model import ClusterInfo
 from ..serving import defaults as serve_defaults
 from ..sync.errors import RuntimeEnvFailed, runtime_env_failure
 from ..versions import check_versions, running_versions
-from . import driver_watch, joined_node, live_code
+from . import driver_watch, joined_node, live_code, warm_workers
 
 DRIVER, CLIENT = "driver", "client"
 # How long a direct driver waits for the cluster to make its pip environment (Ray Client
@@ -198,6 +198,10 @@ class _Attach:
         pip = bool(runtime_env and runtime_env.get("pip"))
         if mode == DRIVER and (pip or node is not None):
             _first_task(info, pip, reach_back=node is not None)
+        if mode == DRIVER:
+            # Drivers only: a Ray Client kernel's calls from a second thread would share
+            # the one channel with the user's.
+            warm_workers.start(max(1, info.spec.workers))
 
 
 def _init(

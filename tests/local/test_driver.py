@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,40 @@ def test_up_connects_as_a_driver_and_says_so(up: str) -> None:
 
     assert ray.is_initialized()
     assert ray.cluster_resources().get("GPU") == 2.0
+
+
+def idle_workers(cluster: str) -> set[int]:
+    """This cluster's worker processes that wait for a task (Ray titles them ray::IDLE)."""
+    import psutil
+
+    from raylab.backends.local.processes import CLUSTER_ENV
+
+    pids = set()
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            idle = (proc.info["cmdline"] or [""])[0] == "ray::IDLE"
+            if idle and proc.environ().get(CLUSTER_ENV) == cluster:
+                pids.add(proc.pid)
+    return pids
+
+
+def test_workers_are_started_before_the_first_task(up: str) -> None:
+    """While the user types, each worker's CPUs get a process of this kernel's job (one
+    CPU each here): the first tasks run in them instead of waiting for Python and Ray to
+    start."""
+    import ray
+
+    deadline = time.monotonic() + 90
+    while len(warm := idle_workers(NAME)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert len(warm) == 2, warm
+
+    @ray.remote(num_gpus=1)
+    def pid() -> int:
+        time.sleep(0.5)  # both at once: one on each worker
+        return os.getpid()
+
+    assert set(ray.get([pid.remote(), pid.remote()])) == warm
 
 
 def test_ray_data_runs(up: str) -> None:
