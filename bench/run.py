@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_auth
 import bench_culler
 import bench_driver
+import bench_first_task
 import bench_gpu_use
 import bench_import
 import bench_incluster
@@ -30,6 +31,7 @@ from report import emit
 BENCHES = {
     "import": bench_import.run,
     "up": bench_up.run,
+    "first_task": bench_first_task.run,
     "auth": bench_auth.run,
     "startup": bench_startup.run,
     "ready_latency": bench_ready_latency.run,

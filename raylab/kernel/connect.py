@@ -201,7 +201,13 @@ class _Attach:
         if mode == DRIVER:
             # Drivers only: a Ray Client kernel's calls from a second thread would share
             # the one channel with the user's.
-            warm_workers.start(max(1, info.spec.workers))
+            warm_workers.start(max(1, info.spec.workers), _warm_limit(info))
+
+
+def _warm_limit(info: ClusterInfo) -> int:
+    """How many workers the warm-up may start: a local cluster's nodes share this machine
+    (their CPUs are declared, not owned), so no more than it has cores."""
+    return (os.cpu_count() or 1) if info.backend == "local" else 64
 
 
 def _init(
@@ -379,6 +385,7 @@ def disconnect() -> str | None:
     if was is not None and was.watch is not None:
         was.watch.stop()
     live_code.stop()
+    warm_workers.stop()  # before ray.shutdown: a Ray call after it would end this process
     serve_defaults.use(None)
     serve_context = sys.modules.get("ray.serve.context")
     if serve_context is not None:

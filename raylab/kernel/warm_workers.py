@@ -30,38 +30,71 @@ POLL_S = 0.5
 # Each task holds its CPU this long, so that the node's CPUs are taken at once and one
 # worker each is started, instead of the first worker running them all in turn.
 HOLD_S = 0.2
+# How long a disconnect waits for the thread's Ray call in progress (one poll, normally).
+JOIN_S = 10.0
 TASK_NAME = "raylab: warm workers"
 
 log = logging.getLogger("raylab")
 
 
-def start(nodes: int) -> threading.Thread:
+_lock = threading.Lock()
+_running: tuple[threading.Thread, threading.Event] | None = None
+
+
+def start(nodes: int, limit: int) -> threading.Thread:
     """Warm the workers of the first `nodes` nodes with CPUs to appear (the cluster's
-    worker count: the kernel connects while its workers still start), in a daemon thread;
-    returns it (tests join it)."""
-    thread = threading.Thread(target=_warm, args=(nodes,), name="raylab-warm-workers", daemon=True)
+    worker count: the kernel connects while its workers still start), at most `limit` in
+    all, in a daemon thread; returns it (tests join it)."""
+    global _running
+    stop()
+    done = threading.Event()
+    thread = threading.Thread(
+        target=_warm, args=(nodes, limit, done), name="raylab-warm-workers", daemon=True
+    )
+    with _lock:
+        _running = (thread, done)
     thread.start()
     return thread
 
 
-def plan(nodes: list[dict[str, Any]], driver_node: str | None) -> dict[str, tuple[int, int]]:
+def stop() -> None:
+    """End the warm-up before the driver disconnects: Ray ends a process whose thread calls
+    it after `ray.shutdown`."""
+    global _running
+    with _lock:
+        running, _running = _running, None
+    if running is not None:
+        thread, done = running
+        done.set()
+        if thread is not threading.current_thread():
+            thread.join(JOIN_S)
+
+
+def plan(
+    nodes: list[dict[str, Any]], driver_node: str | None, limit: int
+) -> dict[str, tuple[int, int]]:
     """How many workers to start on each node (by node ID), as (for GPU tasks, for CPU
-    tasks), on the live nodes with CPUs other than the driver's own.
+    tasks), on the live nodes with CPUs other than the driver's own, `limit` in all.
 
     Ray gives a worker that ran a CPU task no GPU task and the reverse, and keeps at most
     one idle worker per CPU (it ends the others after a second): so one per GPU first,
-    what the node is for, then one per CPU left, MAX_PER_NODE in all."""
-    wanted: dict[str, tuple[int, int]] = {}
+    what the node is for, then one per CPU left, MAX_PER_NODE a node."""
+    room: dict[str, tuple[int, int]] = {}
     for node in nodes:
         resources = node.get("Resources", {})
         cpus, gpus = int(resources.get("CPU", 0)), int(resources.get("GPU", 0))
         if node.get("Alive") and cpus > 0 and node["NodeID"] != driver_node:
             for_gpu = min(gpus, cpus, MAX_PER_NODE)
-            wanted[node["NodeID"]] = (for_gpu, min(cpus, MAX_PER_NODE) - for_gpu)
-    return wanted
+            room[node["NodeID"]] = (for_gpu, min(cpus, MAX_PER_NODE) - for_gpu)
+    wanted = {node_id: [0, 0] for node_id in room}
+    for kind in (0, 1):  # every node's GPU workers before any node's CPU workers
+        for node_id, counts in room.items():
+            take = max(0, min(counts[kind], limit))
+            wanted[node_id][kind], limit = take, limit - take
+    return {n: (gpus, cpus) for n, (gpus, cpus) in wanted.items() if gpus or cpus}
 
 
-def _warm(expected: int) -> None:
+def _warm(expected: int, limit: int, done: threading.Event) -> None:
     try:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -73,14 +106,12 @@ def _warm(expected: int) -> None:
         # Ray prestarts workers on the driver's own node itself.
         driver_node = ray.get_runtime_context().get_node_id()
         deadline = time.monotonic() + WAIT_S
-        warmed: set[str] = set()
+        seen: set[str] = set()
         refs: list[Any] = []
-        while len(warmed) < expected and time.monotonic() < deadline:
-            nodes = ray.nodes()  # type: ignore[no-untyped-call]
-            for node, (gpus, cpus) in plan(nodes, driver_node).items():
-                if node in warmed:
-                    continue
-                warmed.add(node)
+        while len(seen) < expected and time.monotonic() < deadline:
+            nodes = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+            new = [n for n in nodes if n["NodeID"] not in seen]
+            for node, (gpus, cpus) in plan(new, driver_node, limit).items():
                 pinned = NodeAffinitySchedulingStrategy(node, soft=False)
                 on_cpu = warm.options(name=TASK_NAME, scheduling_strategy=pinned, num_cpus=1)
                 refs += [on_cpu.remote() for _ in range(cpus)]
@@ -89,13 +120,16 @@ def _warm(expected: int) -> None:
                     name=TASK_NAME, scheduling_strategy=pinned, num_cpus=0, num_gpus=1
                 )
                 refs += [on_gpu.remote() for _ in range(gpus)]
-            if len(warmed) < expected:
-                time.sleep(POLL_S)
-        if not refs:
-            return
-        left = max(0.0, deadline - time.monotonic())
-        _, pending = ray.wait(refs, num_returns=len(refs), timeout=left)
-        for ref in pending:
-            ray.cancel(ref)
-    except Exception as exc:  # the kernel disconnected meanwhile: warming is best effort
+                limit -= gpus + cpus
+            # Every node that joined counts, warmed or not (no CPU, the limit reached).
+            seen |= {n["NodeID"] for n in nodes if n["NodeID"] != driver_node
+                     and "node:__internal_head__" not in n.get("Resources", {})}  # fmt: skip
+            if len(seen) < expected and done.wait(POLL_S):
+                return
+        while refs and time.monotonic() < deadline and not done.is_set():
+            _, refs = ray.wait(refs, num_returns=len(refs), timeout=POLL_S)
+        if refs and not done.is_set():
+            for ref in refs:
+                ray.cancel(ref)
+    except Exception as exc:  # the cluster went away meanwhile: warming is best effort
         log.debug("warming workers stopped: %s", exc)
