@@ -52,6 +52,12 @@ def serve_config(a: Analysis, package: str) -> dict[str, Any]:
 
 
 def rayservice_manifest(a: Analysis, target: ClusterTarget, pipeline: str) -> dict[str, Any]:
+    cluster = raycluster_spec(target, pipeline)
+    # A RayService's workers take traffic once Ready: KubeRay's own readiness probe for
+    # them also asks the Serve proxy (and drops them at its first failure). It gives it
+    # only to a container without one, so theirs goes (raylab's is for a quick start).
+    for group in cluster.get("workerGroupSpecs", []):
+        group["template"]["spec"]["containers"][0].pop("readinessProbe", None)
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayService",
@@ -62,7 +68,7 @@ def rayservice_manifest(a: Analysis, target: ClusterTarget, pipeline: str) -> di
         },
         "spec": {
             "serveConfigV2": to_yaml(serve_config(a, pipeline)),
-            "rayClusterConfig": raycluster_spec(target, pipeline),
+            "rayClusterConfig": cluster,
         },
     }
 

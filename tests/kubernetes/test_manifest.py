@@ -152,6 +152,29 @@ def test_the_heads_ray_client_proxy_runs_without_grpc_fork_handlers() -> None:
     assert "env" not in worker["containers"][0]
 
 
+def test_ray_containers_are_probed_every_second_with_kuberays_checks() -> None:
+    # Without its own probes, KubeRay v1.5.0 first asks 10 s after start, then every 5 s.
+    m = manifest(spec(gpus=2, workers=1, min_workers=0, max_workers=2))
+    head, worker = pods(m)
+    raylet = "wget --tries 1 -T 1 -q -O- http://localhost:52365/api/local_raylet_healthz"
+    gcs = "wget --tries 1 -T 1 -q -O- http://localhost:8265/api/gcs_healthz"
+    for p, checks in ((head, [raylet, gcs]), (worker, [raylet])):
+        ready = p["containers"][0]["readinessProbe"]
+        assert ready["exec"]["command"] == [
+            "bash", "-c", " && ".join(f"{c} | grep success" for c in checks)]  # fmt: skip
+        assert (ready["initialDelaySeconds"], ready["periodSeconds"]) == (0, 1)
+        assert ready["timeoutSeconds"] == len(checks)
+        # A slow-but-alive pod stays Ready as long as with KubeRay's 10 tries at 5 s.
+        assert ready["failureThreshold"] * ready["periodSeconds"] == 50
+        live = p["containers"][0]["livenessProbe"]
+        assert live["exec"]["command"][-1].count("| grep success") == len(checks)
+        # KubeRay's: never kills a busy Ray before 10 minutes of failures in a row.
+        assert (live["initialDelaySeconds"], live["periodSeconds"]) == (30, 5)
+        assert live["failureThreshold"] == 120
+    # The autoscaler sidecar (KubeRay's, from autoscalerOptions) gets none.
+    assert not {"readinessProbe", "livenessProbe"} & set(m["spec"]["autoscalerOptions"])
+
+
 def test_labels_and_annotations_show_owner_and_origin() -> None:
     s = spec(gpus=4, workers=2)
     m = manifest(s)

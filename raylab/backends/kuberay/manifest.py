@@ -18,6 +18,7 @@ from ...model import IdleState
 from ...profiles import GpuProfile
 from ...spec import ClusterSpec
 from ..base import CLIENT_SERVER_ENV
+from .probes import ray_probes
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "raylab"
@@ -121,6 +122,7 @@ def raycluster_manifest(
         {"name": "serve", "containerPort": SERVE_PORT},
     ]
     head = _container(HEAD_CONTAINER, image, head_cpus, head_memory, {}, head_ports)
+    head.update(ray_probes(dashboard_port=DASHBOARD_PORT))  # else KubeRay's, 10 s late
     head["env"] = [{"name": k, "value": v} for k, v in CLIENT_SERVER_ENV.items()] + ray_env
     worker_resources: dict[str, str] = {}
     worker_params: dict[str, str] = dict(fixed_ports)
@@ -129,6 +131,7 @@ def raycluster_manifest(
         # Explicit, so a resource key other than nvidia.com/gpu still counts as GPUs.
         worker_params["num-gpus"] = str(spec.gpus_per_worker)
     worker = _container(WORKER_CONTAINER, image, spec.cpus, spec.memory, worker_resources)
+    worker.update(ray_probes(dashboard_port=None))
     worker_env = [*ray_env, *({"name": k, "value": v} for k, v in profile.worker_env.items())]
     if worker_env:
         worker["env"] = worker_env
