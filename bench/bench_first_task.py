@@ -75,17 +75,27 @@ env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", **{CLUSTER_ENV: "bench-raw"}
 quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
              start_new_session=True)
 t0 = time.perf_counter()
-starters = [subprocess.Popen([ray_bin, "start", "--head", f"--port={gcs}",
-                              "--dashboard-host=127.0.0.1", "--disable-usage-stats"], **quiet)]
+# Three nodes on one machine: each its own agent and metrics ports (Ray's are fixed) and
+# its own temp dir (nodes starting at once race for socket names in a shared one).
+def ports():
+    return [f"--dashboard-agent-listen-port={free()}", f"--dashboard-agent-grpc-port={free()}",
+            f"--metrics-export-port={free()}", f"--runtime-env-agent-port={free()}",
+            f"--temp-dir=/tmp/rb{os.urandom(3).hex()}"]
+
+starters = [subprocess.Popen([ray_bin, "start", "--head", f"--port={gcs}", *ports(),
+                              f"--dashboard-port={free()}", "--dashboard-host=127.0.0.1",
+                              "--disable-usage-stats"], **quiet)]
 starters[0].wait()
 for _ in range(2):
-    starters.append(subprocess.Popen([ray_bin, "start", f"--address=127.0.0.1:{gcs}",
+    starters.append(subprocess.Popen([ray_bin, "start", f"--address=127.0.0.1:{gcs}", *ports(),
                                       "--num-gpus=1", "--disable-usage-stats"], **quiet))
 for s in starters[1:]:
     s.wait()
 import ray
 ray.init(f"127.0.0.1:{gcs}")
+deadline = time.monotonic() + 300
 while ray.cluster_resources().get("GPU", 0) < 2:
+    assert time.monotonic() < deadline, "the two GPU nodes did not join"
     time.sleep(0.05)
 """
     + TASKS
