@@ -556,6 +556,15 @@ class LocalBackend:
 
     def _info(self, name: str, state: _State) -> ClusterInfo:
         phase, reason, ready, head_ready = self._status(state)
+        if phase in (Phase.FAILED, Phase.DEGRADED):
+            # A process seen dead may have been stopped after `state` was read: a suspend
+            # or a delete writes itself down before it stops anything, so a second read
+            # tells a stop from a crash (read without the lock, a status must not flash
+            # Failed while a culler suspends).
+            fresh = self._read(name)
+            if fresh is not None and (fresh.suspended or fresh.deleting):
+                state = fresh
+                phase, reason, ready, head_ready = self._status(state)
         head = next((n for n in state.nodes if n.role == "head"), None)
         host = _node_ip(Path(head.log)) if head else None
         endpoints = Endpoints()
