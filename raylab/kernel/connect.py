@@ -44,7 +44,6 @@ DRIVER_GCS_TIMEOUT_S = 7 * 24 * 3600
 # answer means the cluster's pods cannot reach this pod (a NetworkPolicy).
 REACH_BACK_TIMEOUT_S = 60.0
 REACH_BACK_BYTES = 1024 * 1024  # above Ray's 100 KiB inline limit: fetched, not inlined
-HEAD_RESOURCE = "node:__internal_head__"
 
 
 @dataclass
@@ -201,13 +200,13 @@ class _Attach:
         if mode == DRIVER:
             # Drivers only: a Ray Client kernel's calls from a second thread would share
             # the one channel with the user's.
-            warm_workers.start(max(1, info.spec.workers), _warm_limit(info))
+            warm_workers.start(info.spec.workers, _warm_limit(info))
 
 
 def _warm_limit(info: ClusterInfo) -> int:
     """How many workers the warm-up may start: a local cluster's nodes share this machine
     (their CPUs are declared, not owned), so no more than it has cores."""
-    return (os.cpu_count() or 1) if info.backend == "local" else 64
+    return (os.cpu_count() or 1) if info.backend == "local" else warm_workers.MAX_IN_ALL
 
 
 def _init(
@@ -269,7 +268,9 @@ def _first_task(info: ClusterInfo, pip: bool, reach_back: bool) -> None:
         return len(data or b"")
 
     nodes = ray.nodes()  # type: ignore[no-untyped-call]
-    head = next(n["NodeID"] for n in nodes if n["Alive"] and HEAD_RESOURCE in n["Resources"])
+    head = next(
+        n["NodeID"] for n in nodes if n["Alive"] and warm_workers.HEAD_RESOURCE in n["Resources"]
+    )
     payload = ray.put(b"r" * REACH_BACK_BYTES) if reach_back else None
     wait = ENV_READY_TIMEOUT_S if pip else REACH_BACK_TIMEOUT_S
     strategy = NodeAffinitySchedulingStrategy(head, soft=False)

@@ -5,9 +5,10 @@ driver's own node (ray #40131), which in raylab offers no CPU (the head, or the 
 joined node). So a notebook's first cell paid for starting a Python process per CPU,
 each importing Ray, on a machine busy doing just that.
 
-On connect, a background thread sends one tiny task per CPU to every node that offers
-CPUs, pinned there. Ray starts a worker for each, of this job and with its runtime env,
-and keeps them idle afterwards (up to a node's CPU count), ready for the user's tasks.
+On connect, a background thread sends a few tiny tasks, pinned, to each node where work
+runs as it joins (one per GPU, then one per CPU left: `plan`). Ray starts a worker for
+each, of this job and with its runtime env, and keeps them idle afterwards (up to a
+node's CPU count), ready for the user's tasks.
 Tasks that cannot be placed within `WAIT_S` (a cluster busy with other work) are
 cancelled: warming is a head start, never a queue in front of the user's own work.
 """
@@ -32,7 +33,11 @@ POLL_S = 0.5
 HOLD_S = 0.2
 # How long a disconnect waits for the thread's Ray call in progress (one poll, normally).
 JOIN_S = 10.0
+# At most this many in all (a local cluster: the machine's cores, see connect.py).
+MAX_IN_ALL = 64
 TASK_NAME = "raylab: warm workers"
+# The resource only the head node offers.
+HEAD_RESOURCE = "node:__internal_head__"
 
 log = logging.getLogger("raylab")
 
@@ -41,15 +46,15 @@ _lock = threading.Lock()
 _running: tuple[threading.Thread, threading.Event] | None = None
 
 
-def start(nodes: int, limit: int) -> threading.Thread:
-    """Warm the workers of the first `nodes` nodes with CPUs to appear (the cluster's
-    worker count: the kernel connects while its workers still start), at most `limit` in
-    all, in a daemon thread; returns it (tests join it)."""
+def start(workers: int, limit: int) -> threading.Thread:
+    """Warm the nodes where work runs, at most `limit` workers in all, in a daemon thread;
+    returns it (tests join it). `workers`: the cluster's worker nodes, waited for as they
+    join (the kernel connects while they still start); 0: a lone head does the work."""
     global _running
     stop()
     done = threading.Event()
     thread = threading.Thread(
-        target=_warm, args=(nodes, limit, done), name="raylab-warm-workers", daemon=True
+        target=_warm, args=(workers, limit, done), name="raylab-warm-workers", daemon=True
     )
     with _lock:
         _running = (thread, done)
@@ -94,7 +99,7 @@ def plan(
     return {n: (gpus, cpus) for n, (gpus, cpus) in wanted.items() if gpus or cpus}
 
 
-def _warm(expected: int, limit: int, done: threading.Event) -> None:
+def _warm(workers: int, limit: int, done: threading.Event) -> None:
     try:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -106,11 +111,11 @@ def _warm(expected: int, limit: int, done: threading.Event) -> None:
         # Ray prestarts workers on the driver's own node itself.
         driver_node = ray.get_runtime_context().get_node_id()
         deadline = time.monotonic() + WAIT_S
-        seen: set[str] = set()
+        planned: set[str] = set()  # every node is planned once, when first seen
         refs: list[Any] = []
-        while len(seen) < expected and time.monotonic() < deadline:
+        while True:
             nodes = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
-            new = [n for n in nodes if n["NodeID"] not in seen]
+            new = [n for n in nodes if n["NodeID"] not in planned]
             for node, (gpus, cpus) in plan(new, driver_node, limit).items():
                 pinned = NodeAffinitySchedulingStrategy(node, soft=False)
                 on_cpu = warm.options(name=TASK_NAME, scheduling_strategy=pinned, num_cpus=1)
@@ -121,10 +126,12 @@ def _warm(expected: int, limit: int, done: threading.Event) -> None:
                 )
                 refs += [on_gpu.remote() for _ in range(gpus)]
                 limit -= gpus + cpus
-            # Every node that joined counts, warmed or not (no CPU, the limit reached).
-            seen |= {n["NodeID"] for n in nodes if n["NodeID"] != driver_node
-                     and "node:__internal_head__" not in n.get("Resources", {})}  # fmt: skip
-            if len(seen) < expected and done.wait(POLL_S):
+            planned |= {n["NodeID"] for n in new}
+            joined = [n for n in nodes if n["NodeID"] != driver_node
+                      and HEAD_RESOURCE not in n.get("Resources", {})]  # fmt: skip
+            if len(joined) >= workers or time.monotonic() >= deadline:
+                break
+            if done.wait(POLL_S):
                 return
         while refs and time.monotonic() < deadline and not done.is_set():
             _, refs = ray.wait(refs, num_returns=len(refs), timeout=POLL_S)
