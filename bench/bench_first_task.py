@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from bench_up import measure
+from bench_up import BY_HAND, figures
 from report import Figure, emit, median
 
 TASKS = """
@@ -57,21 +57,8 @@ print("BURST", burst)
 )
 
 RAW = (
-    """
-import os, socket, subprocess, sys, time
-from pathlib import Path
-from raylab.backends.local.processes import CLUSTER_ENV, NodeProcess, stop_sessions
-
-def free():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-gcs = free()
-ray_bin = str(Path(sys.executable).with_name("ray"))
-# A token, as every raylab cluster has.
-os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=os.urandom(32).hex())
-env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", **{CLUSTER_ENV: "bench-raw"})
+    BY_HAND
+    + """
 quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
              start_new_session=True)
 t0 = time.perf_counter()
@@ -109,15 +96,15 @@ print("BURST", burst)
 
 
 def run(rounds: int = 3) -> list[Figure]:
-    ours: list[tuple[float, float]] = []
-    raw: list[tuple[float, float]] = []
+    ours: list[dict[str, float]] = []
+    raw: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory(prefix="raylab-bench-") as state:
         for i in range(rounds):
             pair = [(ours, RAYLAB), (raw, RAW)]
             for samples, code in pair if i % 2 == 0 else reversed(pair):
-                samples.append(measure(code, state, "BURST"))
-    first, first_raw = [s[0] for s in ours], [s[0] for s in raw]
-    burst, burst_raw = [s[1] for s in ours], [s[1] for s in raw]
+                samples.append(figures(code, state))
+    first, first_raw = [s["ELAPSED"] for s in ours], [s["ELAPSED"] for s in raw]
+    burst, burst_raw = [s["BURST"] for s in ours], [s["BURST"] for s in raw]
     spread = max(burst) / median(burst)
     return [
         Figure(

@@ -9,11 +9,11 @@ noise hits both alike; the target is the ratio of medians, ≤ 1.10×.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
-from typing import Any
 
 from report import Figure, emit, median
 
@@ -31,7 +31,8 @@ ip.run_line_magic("raycluster", "down bench")
 print("ELAPSED", elapsed)
 """
 
-RAW = """
+# Ray by hand: what every by-hand side starts with (bench_first_task.py too).
+BY_HAND = """
 import os, socket, subprocess, sys, time
 from pathlib import Path
 from raylab.backends.local.processes import CLUSTER_ENV, NodeProcess, stop_sessions
@@ -44,10 +45,15 @@ def free():
 gcs = free()
 ray_bin = str(Path(sys.executable).with_name("ray"))
 
-# A token, as every raylab cluster has: the node and this driver both present it.
+# A token, as every raylab cluster has: the nodes and this driver all present it.
 os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=os.urandom(32).hex())
 # Marked as raylab marks its nodes, so that raylab's stop_sessions ends them at the end.
 env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", **{CLUSTER_ENV: "bench-raw"})
+"""
+
+RAW = (
+    BY_HAND
+    + """
 t0 = time.perf_counter()
 starter = subprocess.Popen(
     [ray_bin, "start", "--head", f"--port={gcs}", "--num-gpus=2",
@@ -63,11 +69,16 @@ ray.shutdown()
 stop_sessions([NodeProcess("head", 0, starter.pid, 1.0, "")], "bench-raw")
 print("ELAPSED", elapsed)
 """
+)
 
 
-def measure(code: str, state_dir: str, *more: str, **extra_env: str) -> Any:
-    """The ELAPSED figure the code prints; with `more` (other names it prints), a tuple of
-    ELAPSED and those."""
+def measure(code: str, state_dir: str, **extra_env: str) -> float:
+    """The ELAPSED figure the code prints."""
+    return figures(code, state_dir, **extra_env)["ELAPSED"]
+
+
+def figures(code: str, state_dir: str, **extra_env: str) -> dict[str, float]:
+    """Run `code` in a fresh Python process; the `NAME SECONDS` lines it prints."""
     # Both sides with Ray's token auth on, as raylab's clusters run by default (raylab
     # gives its nodes and the kernel their own token; the raw side makes one).
     env = dict(
@@ -78,14 +89,12 @@ def measure(code: str, state_dir: str, *more: str, **extra_env: str) -> Any:
     )
     if out.returncode != 0:
         raise RuntimeError(out.stdout[-2000:] + out.stderr[-4000:])
-    printed = {
-        words[0]: float(words[1])
-        for words in (ln.split() for ln in out.stdout.splitlines())
-        if len(words) == 2 and words[0] in ("ELAPSED", *more)
-    }
-    if not more:
-        return printed["ELAPSED"]
-    return (printed["ELAPSED"], *(printed[name] for name in more))
+    printed = {}
+    for words in (line.split() for line in out.stdout.splitlines()):
+        if len(words) == 2 and words[0].isupper():
+            with contextlib.suppress(ValueError):  # a log line of two words, not a figure
+                printed[words[0]] = float(words[1])
+    return printed
 
 
 def run(rounds: int = 3) -> list[Figure]:
