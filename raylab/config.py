@@ -198,6 +198,31 @@ class Raylab(Configurable):
         90.0, help="Days the GPU-hours ledger keeps what clusters used."
     ).tag(config=True)
 
+    # --- standby clusters (raylab/standby) ---
+    standby = Dict(
+        Dict(),
+        help="A standby cluster per user and GPU type, made when the user's Jupyter server "
+        "starts and claimed by their next `up` (without --name) that asks for the same "
+        "shape, e.g. {'a100': {'gpus': 2, 'workers': 2}}: the fields of `up`, without "
+        "name. It counts against the user's quota and GPU-hours while it waits, is never "
+        "idle-suspended, and is deleted after standby_ttl_minutes or when the server stops. "
+        "Empty: none.",
+    ).tag(config=True)
+    standby_ttl_minutes = Float(
+        30.0, min=1.0, help="How long a standby cluster waits to be claimed before deletion."
+    ).tag(config=True)
+    standby_priority_class = Unicode(
+        "",
+        help="KubeRay with Kueue: the WorkloadPriorityClass a standby waits at (the lowest "
+        "there is, so that real work preempts it); a claim gives it the users' default.",
+    ).tag(config=True)
+    standby_min_cores = Int(
+        4, help="Local backend: no standby on a machine with fewer CPU cores than this."
+    ).tag(config=True)
+    standby_min_free_gib = Float(
+        8.0, help="Local backend: no standby while less memory than this (GiB) is free."
+    ).tag(config=True)
+
     @default("state_dir")
     def _default_state_dir(self) -> str:
         from jupyter_core.paths import jupyter_data_dir

@@ -316,6 +316,10 @@ class ClusterInfo:
     gpu_use: GpuUse | None = None
     # Its Ray Serve apps as last read (None: not read here); like gpu_use, never stored.
     serve: ServeApps | None = None
+    # A standby cluster (raylab/standby): made before its owner asked, claimed by the next
+    # `up` of its shape, deleted at this time (epoch s) if none does; None: a cluster a
+    # user asked for (or a standby since claimed).
+    standby_until: float | None = None
 
     @property
     def quota_gpus(self) -> int:

@@ -229,14 +229,22 @@ class ClusterService:
     # --- writes -------------------------------------------------------------------
 
     def create(
-        self, request: Mapping[str, Any], environment: ClusterEnvironment | None = None
+        self,
+        request: Mapping[str, Any],
+        environment: ClusterEnvironment | None = None,
+        say: Callable[[str], None] | None = None,
     ) -> tuple[ClusterInfo, bool]:
         """Create the cluster, or return the caller's existing one of that name.
 
         Returns (cluster, created). Everything is validated and checked against quotas
         before anything is created. `environment` is what a new cluster remembers (an
-        existing one keeps its own: the caller decides whether to change it).
+        existing one keeps its own: the caller decides whether to change it). A request
+        without a name claims the caller's standby of its shape, where there is one
+        (raylab/standby); `say` gets a line about what was done with standbys.
         """
+        from .standby import claim_standby, make_room
+
+        say = say or (lambda _: None)
         spec = ClusterSpec.from_mapping(request, self.settings.profiles)
         if spec.autoscaling and not self.backend.autoscales:
             raise SpecError(
@@ -257,8 +265,21 @@ class ClusterService:
                             f"the name {spec.name!r} is taken by another user's cluster",
                             detail="choose another --name",
                         )
+                    if existing.standby_until is not None:
+                        claimed = self.backend.claim(spec.name, environment)
+                        if claimed is not None:
+                            return claimed, True
                     return existing, False
-            self._check_quota(spec)
+            else:
+                claimed = claim_standby(self.backend, self.user, spec, environment, say)
+                if claimed is not None:
+                    return claimed, True
+            try:
+                self._check_quota(spec)
+            except QuotaExceeded:
+                if not make_room(self.backend, self.user, say):
+                    raise
+                self._check_quota(spec)
             for _ in range(5):
                 try:
                     return self.backend.create(spec, self.user, environment), True
@@ -267,6 +288,22 @@ class ClusterService:
                         raise
                     spec = ClusterSpec(**{**spec.to_json(), "name": generate_name()})
         raise Conflict("could not find a free cluster name; pass --name")
+
+    def create_standby(self, spec: ClusterSpec, until: float) -> ClusterInfo | None:
+        """Make a standby of `spec`'s shape for this user, ending at `until` (epoch s), if
+        their quota has room for it; None when it has not (a standby never takes the
+        place of a cluster they may ask for)."""
+        with self.backend.quota_lock(self.user):
+            try:
+                self._check_quota(spec)
+            except QuotaExceeded:
+                return None
+            for _ in range(5):
+                try:
+                    return self.backend.create(spec, self.user, standby_until=until)
+                except Conflict:
+                    spec = ClusterSpec(**{**spec.to_json(), "name": generate_name()})
+        raise Conflict("could not find a free cluster name for a standby")
 
     def delete(self, name: str, *, namespace: str | None = None) -> None:
         self.get(name, namespace=namespace)

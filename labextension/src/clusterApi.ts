@@ -185,6 +185,8 @@ export interface ICluster {
   ray_version: string | null;
   python_version: string | null;
   logical_gpus: boolean;
+  /** A standby's end (epoch s): the next `up` of its shape claims it; else null. */
+  standby_until?: number | null;
   /** Null until a kernel connected (or `up` made it) with an environment. */
   environment: IEnvironment | null;
   spec: IClusterSpec;

@@ -189,7 +189,9 @@ export function Overview(props: {
                 <td>{gpusText(c)}</td>
                 <td>{usedGpus(c) ?? '—'}</td>
                 <td>{idleGpus(c) ?? '—'}</td>
-                <td title={phaseText(c)}>{c.phase}</td>
+                <td title={phaseText(c)}>
+                  {c.standby_until ? `${c.phase} (standby)` : c.phase}
+                </td>
                 <td>{idle}</td>
                 <td>{gpuHoursText(hours(c))}</td>
                 <td>

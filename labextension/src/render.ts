@@ -16,8 +16,22 @@ export function phaseText(
   cluster: ICluster,
   nowS: number = Date.now() / 1000
 ): string {
-  const reason = suspendedText(cluster, nowS) || cluster.reason;
+  const reason = [
+    standbyText(cluster, nowS),
+    suspendedText(cluster, nowS) || cluster.reason
+  ]
+    .filter(text => text)
+    .join('; ');
   return reason ? `${cluster.phase} — ${reason}` : String(cluster.phase);
+}
+
+/** "standby until 14:05" for a standby, else '' (`render.standby_text`). */
+export function standbyText(
+  cluster: ICluster,
+  nowS: number = Date.now() / 1000
+): string {
+  const until = cluster.standby_until ?? null;
+  return until === null ? '' : `standby until ${clockText(until, nowS)}`;
 }
 
 /** 14:05 today, else Dec 01 14:05 (`render.clock_text`), local time. */

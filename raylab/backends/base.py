@@ -79,10 +79,26 @@ class Backend(Protocol):
         ...
 
     def create(
-        self, spec: ClusterSpec, owner: str, environment: ClusterEnvironment | None = None
+        self,
+        spec: ClusterSpec,
+        owner: str,
+        environment: ClusterEnvironment | None = None,
+        *,
+        standby_until: float | None = None,
     ) -> ClusterInfo:
         """Start creating; returns at once or after the cheap first step. Raises Conflict
-        when the name is taken."""
+        when the name is taken. `standby_until`: a standby, deleted then unless claimed."""
+        ...
+
+    def claim(
+        self, name: str, environment: ClusterEnvironment | None, *, namespace: str | None = None
+    ) -> ClusterInfo | None:
+        """Make the standby `name` its owner's ordinary cluster, in one conditional write
+        (of racing claims exactly one wins); None when it is no longer a standby."""
+        ...
+
+    def retire_standby(self, name: str, *, namespace: str | None = None) -> bool:
+        """Delete `name` only if it is still an unclaimed standby; False when it is not."""
         ...
 
     def set_environment(

@@ -122,7 +122,9 @@ class Commands:
             if outlook is not None and outlook.queue:
                 self.out.line(outlook.text())
         started, began = time.time(), time.monotonic()  # shown; timed
-        info, created = service.create(request, prepared.environment if remember else None)
+        info, created = service.create(
+            request, prepared.environment if remember else None, say=self.out.line
+        )
         if created:
             if prepared.values_changed:
                 envs.values.save(info, prepared.values)

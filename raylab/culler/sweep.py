@@ -49,6 +49,7 @@ class SweepReport:
     conflicts: int = 0  # writes refused: changed meanwhile
     warned: list[str] = field(default_factory=list)
     suspended: list[str] = field(default_factory=list)
+    retired: list[str] = field(default_factory=list)  # standbys deleted at their end
     seconds: float = 0.0
 
 
@@ -94,7 +95,13 @@ class Culler:
         now = self.clock()
         mine = [c for c in clusters if self.owner is None or c.owner == self.owner]
         report = SweepReport(clusters=len(mine))
-        todo = [(c, self._policy(c)) for c in mine if c.phase in RUNNING_PHASES and c.head_ready]
+        # A standby is never idle-suspended (its end time bounds it): its end is kept here
+        # too, for a standby whose own keeper has gone (a stopped server, KubeRay).
+        ended = [c for c in mine if c.standby_until is not None and c.standby_until <= now]
+        report.retired = [c.name for c in ended if self._retire(c)]
+        mine = [c for c in mine if c.name not in report.retired]
+        running = [c for c in mine if c.phase in RUNNING_PHASES and c.head_ready]
+        todo = [(c, self._policy(c)) for c in running if c.standby_until is None]
         todo = [(c, p) for c, p in todo if p.limit_s > 0 or c.idle != IdleState() or c.quota_gpus]
         with ThreadPoolExecutor(min(self.parallel, max(1, len(todo)))) as pool:
             activities = list(pool.map(lambda cp: self._read(cp[0], cp[1].limit_s, now), todo))
@@ -146,6 +153,17 @@ class Culler:
         report.seconds = time.monotonic() - started
         metrics.SWEEP_SECONDS.observe(report.seconds)
         return report
+
+    def _retire(self, info: ClusterInfo) -> bool:
+        try:
+            retired = self.backend.retire_standby(info.name, namespace=info.namespace)
+        except RaylabError as exc:
+            log.warning("raylab culler: cannot delete standby %s: %s", info.name, exc.message)
+            return False
+        if retired:
+            log.info("raylab culler: deleted standby %s (owner %s): unclaimed at its end",
+                     info.name, info.owner)  # fmt: skip
+        return retired
 
     def close(self) -> None:
         """Write what was metered (a stopping server or culler loses nothing)."""

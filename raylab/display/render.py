@@ -50,8 +50,17 @@ def idle_text(info: ClusterInfo, now: float | None = None) -> str:
     return text
 
 
+def standby_text(info: ClusterInfo, now: float | None = None) -> str:
+    """'standby until 14:05' for a standby ('' for any other cluster)."""
+    if info.standby_until is None:
+        return ""
+    return f"standby until {clock_text(info.standby_until, now)}"
+
+
 def phase_text(info: ClusterInfo, limit: int | None = None, now: float | None = None) -> str:
-    reason = suspended_text(info, now) or info.reason
+    reason = "; ".join(
+        t for t in (standby_text(info, now), suspended_text(info, now) or info.reason) if t
+    )
     if limit is not None and len(reason) > limit:
         reason = reason[: limit - 1] + "…"
     return f"{info.phase} — {reason}" if reason else str(info.phase)

@@ -37,6 +37,7 @@ from .handlers import (
 )
 from .paths import PREFIX
 from .serve_proxy import ServeKeyHandler, ServeProxyHandler
+from .standby import ServerStandby
 
 # Any segment: the handlers validate it, so a bad name gets a 422 that says why.
 NAME = r"(?P<name>[^/]+)"
@@ -84,6 +85,7 @@ class RaylabExtension(ExtensionApp):
 
     cache: ClusterCache | None = None
     server_culler: ServerCuller | None = None
+    standby: ServerStandby | None = None
 
     def initialize_handlers(self) -> None:
         assert self.serverapp is not None  # set by jupyter_server before this is called
@@ -104,6 +106,8 @@ class RaylabExtension(ExtensionApp):
         metrics.set_cluster_source("server", lambda: list(cache.clusters.values()))
         if settings.options.culler == "server":
             self.server_culler = ServerCuller(cache, settings, self.log)
+        if settings.options.standby:
+            self.standby = ServerStandby(backend, settings, self.log)
         web_app: Any = self.serverapp.web_app
         web_app.settings["raylab_gpu_use"] = self._gpu_use_reads(settings)
         web_app.settings["raylab_settings"] = settings
@@ -130,11 +134,15 @@ class RaylabExtension(ExtensionApp):
         if self.server_culler is not None and self.cache is not None:
             self.cache.ensure_started()
             self.server_culler.start()
+        if self.standby is not None and not self.standby.off:
+            self.standby.start()
 
     async def stop_extension(self) -> None:
         # The watch stops with the server; the clusters themselves keep running.
         if self.server_culler is not None:
             await self.server_culler.stop()
+        if self.standby is not None and not self.standby.off:
+            await self.standby.stop()  # a standby lives no longer than its server
         if self.cache is not None:
             self.cache.stop()
         await upstream_client.close()

@@ -40,6 +40,7 @@ from .manifest import (
     OWNER_LABEL,
     SERVE_PORT,
     SPEC_ANNOTATION,
+    STANDBY_ANNOTATION,
     cluster_labels,
     idle_annotation,
     raycluster_manifest,
@@ -125,7 +126,12 @@ class KubeRayBackend:
                           duration_s=self.quota_lease_s, wait_s=self.quota_wait_s)  # fmt: skip
 
     def create(
-        self, spec: ClusterSpec, owner: str, environment: ClusterEnvironment | None = None
+        self,
+        spec: ClusterSpec,
+        owner: str,
+        environment: ClusterEnvironment | None = None,
+        *,
+        standby_until: float | None = None,
     ) -> ClusterInfo:
         profile = self.settings.profiles.get(spec.gpu_type)
         if profile is None:
@@ -162,6 +168,12 @@ class KubeRayBackend:
                 body["metadata"]["labels"][PRIORITY_LABEL] = priority
         if environment is not None:
             body["metadata"]["annotations"][ENVIRONMENT_ANNOTATION] = environment.to_annotation()
+        if standby_until is not None:
+            body["metadata"]["annotations"][STANDBY_ANNOTATION] = f"{standby_until:.3f}"
+            standby_priority = self.settings.options.standby_priority_class
+            if local_queue and standby_priority:
+                # Waits at the lowest priority: real work preempts it (a claim raises it).
+                body["metadata"]["labels"][PRIORITY_LABEL] = standby_priority
         try:
             with api_errors(self._call("create", PLURAL, spec.name)):
                 obj = self._json(self.custom.create_namespaced_custom_object, *RAY,
@@ -229,6 +241,67 @@ class KubeRayBackend:
                 _request_timeout=REQUEST_TIMEOUT,
             )  # fmt: skip
 
+    def claim(
+        self, name: str, environment: ClusterEnvironment | None, *, namespace: str | None = None
+    ) -> ClusterInfo | None:
+        """Make the standby `name` an ordinary cluster: one JSON patch whose `test` of the
+        standby annotation as read lets exactly one of racing claims (or a culler's
+        retire) through. None when it is no standby (any more)."""
+        ns = namespace or self.namespace
+        obj = self._read(name, ns)
+        meta = obj["metadata"] if obj is not None else {}
+        until = (meta.get("annotations") or {}).get(STANDBY_ANNOTATION)
+        if obj is None or until is None or meta.get("deletionTimestamp"):
+            return None
+        patch: list[dict[str, Any]] = [
+            {"op": "test", "path": _annotation_path(STANDBY_ANNOTATION), "value": until},
+            {"op": "remove", "path": _annotation_path(STANDBY_ANNOTATION)},
+            # Its idle clock starts with its owner.
+            {"op": "add", "path": _annotation_path(IDLE_ANNOTATION),
+             "value": idle_annotation(IdleState())},
+        ]  # fmt: skip
+        if environment is not None:
+            patch.append({"op": "add", "path": _annotation_path(ENVIRONMENT_ANNOTATION),
+                          "value": environment.to_annotation()})  # fmt: skip
+        labels = meta.get("labels") or {}
+        if PRIORITY_LABEL in labels and labels[PRIORITY_LABEL] == (
+            self.settings.options.standby_priority_class
+        ):
+            default = next(iter(self.settings.options.priority_classes), "")
+            path = _annotation_path(PRIORITY_LABEL, "labels")
+            patch.append(
+                {"op": "add", "path": path, "value": default}
+                if default
+                else {"op": "remove", "path": path}
+            )
+        try:
+            return self._patch(name, patch, "application/json-patch+json", ns)
+        except (NotFound, Conflict, Refused):
+            return None  # claimed or retired meanwhile
+
+    def retire_standby(self, name: str, *, namespace: str | None = None) -> bool:
+        """Delete `name` if it is still an unclaimed standby (a delete conditional on
+        the version read); False when it is not."""
+        ns = namespace or self.namespace
+        obj = self._read(name, ns)
+        if obj is None or STANDBY_ANNOTATION not in (obj["metadata"].get("annotations") or {}):
+            return False
+        from kubernetes import client as k8s_client
+
+        version = obj["metadata"].get("resourceVersion")
+        try:
+            with api_errors(self._call("delete", PLURAL, name, namespace=ns)):
+                self.custom.delete_namespaced_custom_object(
+                    *RAY, ns, PLURAL, name, propagation_policy="Background",
+                    body=k8s_client.V1DeleteOptions(
+                        preconditions=k8s_client.V1Preconditions(resource_version=version)
+                    ),
+                    _request_timeout=REQUEST_TIMEOUT,
+                )  # fmt: skip
+        except (NotFound, Conflict):
+            return False  # changed (claimed) or gone meanwhile
+        return True
+
     def scale(self, name: str, workers: int, *, namespace: str | None = None) -> ClusterInfo:
         ns = namespace or self.namespace
         obj = self._require(name, ns)
@@ -254,9 +327,8 @@ class KubeRayBackend:
             {"op": "add", "path": f"{path}/maxReplicas", "value": high},
         ]
         if (obj["metadata"].get("annotations") or {}).get(SPEC_ANNOTATION):
-            key = SPEC_ANNOTATION.replace("~", "~0").replace("/", "~1")
             patch.append(
-                {"op": "add", "path": f"/metadata/annotations/{key}",
+                {"op": "add", "path": _annotation_path(SPEC_ANNOTATION),
                  "value": spec_annotation(spec)}
             )  # fmt: skip
         return self._patch(name, patch, "application/json-patch+json", ns)
@@ -317,7 +389,7 @@ class KubeRayBackend:
         `expected` is not tested, since clusters made before raylab kept idle state have
         no annotation to test; a suspension always follows a stored warning.
         """
-        path = "/metadata/annotations/" + IDLE_ANNOTATION.replace("~", "~0").replace("/", "~1")
+        path = _annotation_path(IDLE_ANNOTATION)
         patch: list[dict[str, Any]] = []
         if expected is not None and expected != IdleState():
             patch.append({"op": "test", "path": path, "value": idle_annotation(expected)})
@@ -741,6 +813,11 @@ class KubeRayBackend:
             return
         last[key] = info
         yield ClusterEvent("ADDED" if before is None else "MODIFIED", info)
+
+
+def _annotation_path(key: str, section: str = "annotations") -> str:
+    """The JSON-patch path of an annotation (or label): RFC 6901 escapes `~` and `/`."""
+    return f"/metadata/{section}/" + key.replace("~", "~0").replace("/", "~1")
 
 
 def _synced(kind: str, items: list[dict[str, Any]], namespace: str | None = None) -> Message:

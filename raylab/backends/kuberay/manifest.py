@@ -35,6 +35,8 @@ IDLE_ANNOTATION = "raylab.io/idle"
 ENVIRONMENT_ANNOTATION = "raylab.io/environment"
 # When a cell last ran in a kernel connected to it (epoch seconds; ClusterInfo.cell_at).
 CELL_ANNOTATION = "raylab.io/cell-at"
+# A standby's end (epoch seconds; ClusterInfo.standby_until): removed when it is claimed.
+STANDBY_ANNOTATION = "raylab.io/standby-until"
 
 WORKER_GROUP = "gpu-workers"
 HEAD_CONTAINER = "ray-head"  # KubeRay runs Ray in the first container; logs come from it

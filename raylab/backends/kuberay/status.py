@@ -39,6 +39,7 @@ from .manifest import (
     PYTHON_ANNOTATION,
     SERVE_PORT,
     SPEC_ANNOTATION,
+    STANDBY_ANNOTATION,
     WORKER_GROUP,
     idle_from_annotation,
 )
@@ -138,6 +139,7 @@ def cluster_info(
         uid=str(meta.get("uid") or ""),
         idle=idle,
         cell_at=finite_time(annotations.get(CELL_ANNOTATION)),
+        standby_until=finite_time(annotations.get(STANDBY_ANNOTATION)),
         max_gpus=most_gpus(obj),
         queue=queue,
     )

@@ -44,6 +44,7 @@ from .memory import object_store_bytes
 from .node import READY_TEXT, RESTART_MARK, node_ref
 from .ports import PortPicker
 from .processes import CLUSTER_ENV, NODE_ENV, NodeProcess, alive, log_started, spawn, stop_sessions
+from .standby_reaper import start_reaper
 from .tempdir import is_inside, private_temp_root
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ class _State:
     uid: str = ""  # lasting identity (GPU-hours ledger); older clusters get one on read
     idle: IdleState = field(default_factory=IdleState)  # the culler's (culler/rules.py)
     cell_at: float | None = None  # a connected kernel's last cell (ClusterInfo.cell_at)
+    standby_until: float | None = None  # a standby's end, until claimed (raylab/standby)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -108,6 +110,7 @@ class _State:
             "uid": self.uid,
             "idle": self.idle.to_json(),
             "cell_at": self.cell_at,
+            "standby_until": self.standby_until,
         }
 
     @classmethod
@@ -129,6 +132,7 @@ class _State:
             uid=data.get("uid") or f"local-{data['spec']['name']}-{data['created']:.0f}",
             idle=IdleState.from_json(data.get("idle")),
             cell_at=finite_time(data.get("cell_at")),
+            standby_until=finite_time(data.get("standby_until")),
         )
         typed = (
             isinstance(state.owner, str)
@@ -243,7 +247,12 @@ class LocalBackend:
     # --- Backend interface --------------------------------------------------------
 
     def create(
-        self, spec: ClusterSpec, owner: str, environment: ClusterEnvironment | None = None
+        self,
+        spec: ClusterSpec,
+        owner: str,
+        environment: ClusterEnvironment | None = None,
+        *,
+        standby_until: float | None = None,
     ) -> ClusterInfo:
         from importlib.metadata import version
 
@@ -271,9 +280,34 @@ class LocalBackend:
                 auth="token" if self.token_auth else "disabled",
                 environment=environment,
                 uid=f"local-{secrets.token_hex(8)}",
+                standby_until=standby_until,
             )
             self._start_nodes(spec.name, state)
+        if standby_until is not None:
+            # Its end is kept by a process of its own: a server that dies leaves no
+            # standby past its time (standby_reaper.py).
+            start_reaper(self.state_dir, spec.name, state.uid)
         return self._info(spec.name, state)
+
+    def claim(
+        self, name: str, environment: ClusterEnvironment | None, *, namespace: str | None = None
+    ) -> ClusterInfo | None:
+        """Make the standby `name` an ordinary cluster, in one step under the folder's
+        lock; None when it is no standby (any more), or is stopping."""
+        with self._lock():
+            state = self._read(name)
+            if state is None or state.standby_until is None or state.deleting or state.suspended:
+                return None
+            state.standby_until = None
+            state.idle = IdleState()  # its idle clock starts with its owner
+            if environment is not None:
+                state.environment = environment
+            self._write(name, state)
+            return self._info(name, state)
+
+    def retire_standby(self, name: str, *, namespace: str | None = None) -> bool:
+        """Delete `name` if it is still an unclaimed standby; False when it is not."""
+        return self._delete(name, standby_only=True)
 
     def get(self, name: str, *, namespace: str | None = None) -> ClusterInfo | None:
         state = self._read(name)
@@ -288,14 +322,20 @@ class LocalBackend:
         return out
 
     def delete(self, name: str, *, namespace: str | None = None) -> None:
+        self._delete(name, standby_only=False)
+
+    def _delete(self, name: str, *, standby_only: bool) -> bool:
         with self._lock():
-            state = self._require(name)
+            state = self._read(name) if standby_only else self._require(name)
+            if state is None or (standby_only and (state.standby_until is None or state.deleting)):
+                return False
             state.deleting = True
             self._write(name, state)
         # Stopping takes seconds: readers see Deleting meanwhile, not a lock.
         stop_sessions(state.nodes, name)
         with self._lock():
             shutil.rmtree(self._dir(name), ignore_errors=True)
+        return True
 
     def scale(self, name: str, workers: int, *, namespace: str | None = None) -> ClusterInfo:
         with self._lock():
@@ -596,6 +636,7 @@ class LocalBackend:
             uid=state.uid,
             idle=state.idle,
             cell_at=state.cell_at,
+            standby_until=state.standby_until,
         )
 
     def _status(self, state: _State) -> tuple[Phase, str, int, bool]:
@@ -741,5 +782,5 @@ def fatal_line(temp_dir: Path) -> str | None:
 
 def _changed(a: ClusterInfo, b: ClusterInfo) -> bool:
     fields = ("phase", "reason", "workers_ready", "workers_desired", "endpoints", "idle",
-              "environment")  # fmt: skip
+              "environment", "standby_until")  # fmt: skip
     return any(getattr(a, f) != getattr(b, f) for f in fields)
