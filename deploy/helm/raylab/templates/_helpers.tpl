@@ -37,11 +37,57 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s:%s" $image.repository (default .Chart.AppVersion $image.tag) -}}
 {{- end -}}
 
+{{/* raylab's built-in GPU types (raylab/profiles.py's DEFAULT_PROFILES). */}}
+{{- define "raylab.builtinGpuTypes" -}}
+a100:
+  description: NVIDIA A100 80GB
+  resource_key: nvidia.com/gpu
+  node_selector: {nvidia.com/gpu.product: NVIDIA-A100-SXM4-80GB}
+  tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+  max_gpus_per_worker: 8
+  default_cpus: "12"
+  default_memory: 96Gi
+h100:
+  description: NVIDIA H100 80GB
+  resource_key: nvidia.com/gpu
+  node_selector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}
+  tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+  max_gpus_per_worker: 8
+  default_cpus: "16"
+  default_memory: 160Gi
+l4:
+  description: NVIDIA L4 24GB
+  resource_key: nvidia.com/gpu
+  node_selector: {nvidia.com/gpu.product: NVIDIA-L4}
+  tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+  max_gpus_per_worker: 4
+  default_cpus: "8"
+  default_memory: 32Gi
+cpu:
+  description: CPU only
+  max_gpus_per_worker: 0
+  default_cpus: "4"
+  default_memory: 16Gi
+{{- end -}}
+
+{{/*
+The GPU types in force, as JSON: gpuTypes, or the built-in ones. A map of the admin's
+replaces the built-in one whole (values files would merge maps key by key).
+*/}}
+{{- define "raylab.gpuTypes" -}}
+{{- if .Values.gpuTypes -}}
+{{- toJson .Values.gpuTypes -}}
+{{- else -}}
+{{- include "raylab.builtinGpuTypes" . | fromYaml | toJson -}}
+{{- end -}}
+{{- end -}}
+
 {{/* A GPU type by name, or a failure that names the value that asked for it. */}}
 {{- define "raylab.gpuType" -}}
-{{- $profile := index .root.Values.gpuTypes .name -}}
+{{- $types := include "raylab.gpuTypes" .root | fromJson -}}
+{{- $profile := index $types .name -}}
 {{- if not $profile -}}
-{{- fail (printf "%s names GPU type %q, which gpuTypes does not define (defined: %s)" .from .name (keys .root.Values.gpuTypes | sortAlpha | join ", ")) -}}
+{{- fail (printf "%s names GPU type %q, which gpuTypes does not define (defined: %s)" .from .name (keys $types | sortAlpha | join ", ")) -}}
 {{- end -}}
 {{- toJson $profile -}}
 {{- end -}}
@@ -54,9 +100,8 @@ peers) unless settings already says otherwise.
 */}}
 {{- define "raylab.settings" -}}
 {{- $raylab := deepCopy .Values.settings -}}
-{{- if .Values.gpuTypes -}}
-{{- $_ := set $raylab "gpu_types" .Values.gpuTypes -}}
-{{- end -}}
+{{- /* Written even when built in: the culler then knows them whatever its image. */ -}}
+{{- $_ := set $raylab "gpu_types" (include "raylab.gpuTypes" . | fromJson) -}}
 {{- if .Values.kueue.enabled -}}
 {{- if not (hasKey $raylab "local_queue") -}}
 {{- $_ := set $raylab "local_queue" .Values.kueue.localQueue -}}
