@@ -274,6 +274,8 @@ def test_schema_follows_raylab(helm: Helm) -> None:
     config = next(d for d in helm.template("jhub") if d["kind"] == "ConfigMap")
     types = json.loads(config["data"]["jupyter_server_config.json"])["Raylab"]["gpu_types"]
     assert {n: GpuProfile.from_mapping(n, p) for n, p in types.items()} == DEFAULT_PROFILES
+    readme = (CHART / "README.md").read_text()
+    assert [n for n in settings_properties() if f"| `{n}` |" not in readme] == []
 
     def closed(node: Any, where: str) -> None:
         if isinstance(node, dict):
@@ -410,6 +412,7 @@ def test_install_upgrade_uninstall(
         wait_until("the culler Ready", culler_ready, timeout=90)
         pod = call_json(core.list_namespaced_pod, namespace, label_selector=selector)["items"][0]
         if on_process_node:
+            assert pod["spec"]["nodeName"] == "proc-cpu-0"
             # It really runs: /metrics answers (readiness), and it follows the namespace.
             def watching() -> bool:
                 log = core.read_namespaced_pod_log(pod["metadata"]["name"], namespace)
