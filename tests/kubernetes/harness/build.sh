@@ -2,9 +2,12 @@
 # Build (once per version) the binaries of the local Kubernetes test control plane:
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, ray-operator,
 #   procnode (our virtual-kubelet provider: process nodes that run pods as processes),
-#   kueue (the Kueue controller; started only by the tests that ask for it)
-# plus KubeRay's CRD YAMLs, next to ray-operator, and Kueue's manifests (CRDs, RBAC,
-# webhooks, visibility APIService, default config) under config/components/, next to kueue.
+#   kueue (the Kueue controller; started only by the tests that ask for it),
+#   helm (installs deploy/helm/raylab in the chart's tests)
+# plus KubeRay's CRD YAMLs, next to ray-operator, Kueue's manifests (CRDs, RBAC,
+# webhooks, visibility APIService, default config) under config/components/, next to kueue,
+# and the prometheus-operator's ServiceMonitor CRD (nothing built: the chart's optional
+# ServiceMonitor is validated against it) under prometheus-operator-<version>/.
 #
 # Versions come from the wrapper modules' go.mod files in ./go/<component>/ (the single
 # source of truth; controlplane.py reads the same files). procnode is our own code: its
@@ -38,11 +41,16 @@ K8S_MOD=k8s.io/kubernetes
 KWOK_MOD=sigs.k8s.io/kwok
 KUBERAY_MOD=github.com/ray-project/kuberay/ray-operator
 KUEUE_MOD=sigs.k8s.io/kueue
+HELM_MOD=helm.sh/helm/v4
+PROMOP_MOD=github.com/prometheus-operator/prometheus-operator
 ETCD_VERSION="$(module_version "$ETCD_MOD" "$HERE/go/etcd")"
 K8S_VERSION="$(module_version "$K8S_MOD" "$HERE/go/kubernetes")"
 KWOK_VERSION="$(module_version "$KWOK_MOD" "$HERE/go/kwok")"
 KUBERAY_VERSION="$(module_version "$KUBERAY_MOD" "$HERE/go/kuberay")"
 KUEUE_VERSION="$(module_version "$KUEUE_MOD" "$HERE/go/kueue")"
+HELM_VERSION="$(module_version "$HELM_MOD" "$HERE/go/helm")"
+PROMOP_VERSION="$(module_version "$PROMOP_MOD" "$HERE/go/prometheus-operator")"
+SERVICEMONITOR_CRD=monitoring.coreos.com_servicemonitors.yaml
 VK_MOD=github.com/virtual-kubelet/virtual-kubelet
 # Same recipe as controlplane.py's procnode_version(): the sorted file names' contents.
 procnode_version() {
@@ -56,7 +64,7 @@ CRDS=(ray.io_rayclusters.yaml ray.io_rayjobs.yaml ray.io_rayservices.yaml)
 # Kueue's kustomize inputs that controlplane.py renders itself (no kustomize here).
 KUEUE_CONFIG=(crd/bases rbac webhook visibility manager)
 
-# component  version  wrapper-module-dir  package
+# component  version  wrapper-module-dir  package ("-": nothing to build, files only)
 COMPONENTS=(
   "etcd $ETCD_VERSION etcd $ETCD_MOD"
   "kube-apiserver $K8S_VERSION kubernetes $K8S_MOD/cmd/kube-apiserver"
@@ -66,10 +74,16 @@ COMPONENTS=(
   "ray-operator $KUBERAY_VERSION kuberay $KUBERAY_MOD"
   "procnode $PROCNODE_VERSION procnode raylab.test/harness/procnode"
   "kueue $KUEUE_VERSION kueue $KUEUE_MOD/cmd/kueue"
+  "helm $HELM_VERSION helm $HELM_MOD/cmd/helm"
+  "prometheus-operator $PROMOP_VERSION prometheus-operator -"
 )
 
 is_cached() { # component version
   local dir="$BIN_ROOT/$1-$2"
+  if [[ "$1" == prometheus-operator ]]; then
+    [[ -s "$dir/$SERVICEMONITOR_CRD" ]]
+    return
+  fi
   [[ -x "$dir/$1" ]] || return 1
   if [[ "$1" == ray-operator ]]; then
     local crd
@@ -128,6 +142,13 @@ kueue_ldflags() {
   printf '%s' " -X sigs.k8s.io/kueue/pkg/visibility.certDir=/tmp/kueue-visibility"
 }
 
+# What helm's Makefile stamps, so that `helm version` names the module's version (its
+# source says only "v4.3").
+helm_ldflags() {
+  printf '%s' "-s -w -X $HELM_MOD/internal/version.version=$1"
+  printf '%s' " -X $HELM_MOD/internal/version.gitTreeState=clean"
+}
+
 total_start=$SECONDS
 for entry in "${missing[@]}"; do
   read -r name version module pkg <<<"$entry"
@@ -141,9 +162,12 @@ for entry in "${missing[@]}"; do
   ldflags="-s -w"
   [[ $module == kubernetes ]] && ldflags="$(k8s_ldflags "$version")"
   [[ $name == kueue ]] && ldflags="$(kueue_ldflags "$version")"
+  [[ $name == helm ]] && ldflags="$(helm_ldflags "$version")"
   echo "k8s-bin: building $name $version ..."
   start=$SECONDS
-  (cd "$HERE/go/$module" && go build -ldflags="$ldflags" -o "$tmp/$name" "$pkg")
+  if [[ $pkg != - ]]; then
+    (cd "$HERE/go/$module" && go build -ldflags="$ldflags" -o "$tmp/$name" "$pkg")
+  fi
   if [[ $name == ray-operator ]]; then
     src="$(cd "$HERE/go/$module" && go list -m -f '{{.Dir}}' "$KUBERAY_MOD")/config/crd/bases"
     for crd in "${CRDS[@]}"; do install -m 0644 "$src/$crd" "$tmp/$crd"; done
@@ -155,6 +179,12 @@ for entry in "${missing[@]}"; do
       cp -R "$src/$part/." "$tmp/config/components/$part/"
     done
     chmod -R u+w "$tmp/config"  # the module cache's files are read-only
+  fi
+  if [[ $name == prometheus-operator ]]; then
+    # Downloaded, not built: `go list -m` would not fetch a module that no package needs.
+    src="$(cd "$HERE/go/$module" && go mod download -json "$PROMOP_MOD" \
+      | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
+    install -m 0644 "$src/example/prometheus-operator-crd/$SERVICEMONITOR_CRD" "$tmp/"
   fi
   # Swap in atomically so an interrupted build never leaves a half-written cache entry.
   rm -rf "$dest"

@@ -130,6 +130,7 @@ KUBERAY_CRDS = (
     "ray.io_rayjobs.yaml",
     "ray.io_rayservices.yaml",
 )
+PROMOP_MOD = "github.com/prometheus-operator/prometheus-operator"
 SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
@@ -246,6 +247,10 @@ class Binaries:
     ray_operator: Path
     procnode: Path
     kueue: Path
+    # Not part of the control plane: the chart's tests install it with helm and
+    # validate its optional ServiceMonitor against the prometheus-operator's CRD.
+    helm: Path
+    servicemonitor_crd: Path
 
     @classmethod
     def locate(cls, root: Path | None = None) -> Binaries:
@@ -267,6 +272,10 @@ class Binaries:
             ),
             procnode=at("procnode", processnodes.procnode_version()),
             kueue=at("kueue", kueue_version()),
+            helm=at("helm", _module_version("helm", "helm.sh/helm/v4")),
+            servicemonitor_crd=base
+            / f"prometheus-operator-{_module_version('prometheus-operator', PROMOP_MOD)}"
+            / "monitoring.coreos.com_servicemonitors.yaml",
         )
 
     @property
@@ -295,6 +304,8 @@ class Binaries:
             self.kueue,
             self.kueue_config / "crd" / "bases" / "kueue.x-k8s.io_workloads.yaml",
             self.kueue_config / "webhook" / "manifests.yaml",
+            self.helm,
+            self.servicemonitor_crd,
         ]
         return [p for p in paths if not p.is_file()]
 
@@ -786,6 +797,11 @@ class ControlPlane:
         self._kueue_running = False
 
     # ---- public paths
+
+    @property
+    def binaries(self) -> Binaries:
+        """The binaries it runs (and ``helm``, for the chart's tests)."""
+        return self._binaries or Binaries.locate()
 
     @property
     def log_dir(self) -> Path:
