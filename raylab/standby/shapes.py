@@ -66,7 +66,8 @@ def machine_refuses(settings: Settings, backend_name: str) -> str | None:
 
 def unusable(info: ClusterInfo, now: float | None = None) -> str | None:
     """Why the standby `info` must not be claimed (said after its name), or None."""
-    if info.phase not in (Phase.READY, Phase.STARTING):
+    # On its way (queued, scheduled, starting) is still ahead of a cold start.
+    if info.phase not in (Phase.READY, Phase.STARTING, Phase.PENDING, Phase.QUEUED):
         why = f": {info.reason}" if info.reason else ""
         return f"is {info.phase}{why}"
     if info.standby_until is not None and info.standby_until <= (now or time.time()):
