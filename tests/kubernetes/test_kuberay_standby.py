@@ -12,9 +12,9 @@ it (tests/local/test_standby.py runs real ones).
 from __future__ import annotations
 
 import threading
-from functools import partial
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import pytest
