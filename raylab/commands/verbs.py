@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..backends import make_backend
 from ..config import Settings
 from ..display import render
+from ..display.widgets import TextProgress
 from ..errors import NotFound, RaylabError, SpecError
 from ..identity import current_groups, current_user, is_admin
 from ..model import ClusterInfo, Phase
@@ -25,6 +26,7 @@ from ..server.paths import dashboard_path
 from ..service import ClusterService
 from ..serving.apps import HOW_TO_DEPLOY
 from ..serving.model import ServeApps
+from ..startup import EtaView, PhaseClock, PhaseHistory
 from ..sync.options import EnvOptions
 from .environment import ClusterEnvironments, options_from
 from .output import Output
@@ -150,7 +152,15 @@ class Commands:
                 f"it; `{self.prog} connect {info.name}` waits for it and connects."
             )
             return info
-        view = self.out.progress(info, started)
+        # The phase, how long it usually takes here, and a line when it takes too long;
+        # learnt only from starts this wait saw from their beginning.
+        fresh = created and info.created >= started - 2
+        shown = self.out.progress(info, started)
+        view = EtaView(
+            shown,
+            PhaseClock(PhaseHistory(), f"{info.backend}/{info.spec.gpu_type}", record=fresh),
+            live=not isinstance(shown, TextProgress),
+        )
         connect = args.connect and self.may_connect
         # One wait: the kernel connects as soon as the head is up, in a thread, while the
         # same loop follows the workers and keeps the card live.

@@ -26,6 +26,7 @@ from ...model import (
     suspension_reason,
 )
 from ...spec import ClusterSpec
+from ...startup.phases import PULLING_REASON
 from .manifest import (
     CELL_ANNOTATION,
     CLIENT_PORT,
@@ -205,6 +206,8 @@ def derive_status(
         restarted = restart_reason(head)
         if restarted:
             return result(Phase.STARTING, f"head pod {_pod_name(head)} restarted: {restarted}")
+        if creating(head):
+            return result(Phase.STARTING, f"{PULLING_REASON} of head pod {_pod_name(head)}")
         return result(Phase.STARTING, "starting the head")
 
     if ready >= desired:
@@ -334,6 +337,20 @@ def unschedulable(pod: Mapping[str, Any]) -> str:
         ):
             return str(c.get("message") or "Unschedulable")
     return ""
+
+
+def creating(pod: Mapping[str, Any]) -> bool:
+    """A scheduled pod whose containers are still being created: its image is being
+    pulled (the kubelet says ContainerCreating, or PodInitializing for init containers)."""
+    status = pod.get("status") or {}
+    scheduled = any(c.get("type") == "PodScheduled" and c.get("status") == "True"
+                    for c in status.get("conditions") or [])  # fmt: skip
+    waiting = [
+        ((cs.get("state") or {}).get("waiting") or {}).get("reason")
+        for cs in [*(status.get("initContainerStatuses") or []),
+                   *(status.get("containerStatuses") or [])]
+    ]  # fmt: skip
+    return scheduled and any(w in ("ContainerCreating", "PodInitializing") for w in waiting)
 
 
 def stuck_reason(pod: Mapping[str, Any]) -> str:
