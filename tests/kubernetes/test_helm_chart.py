@@ -415,6 +415,7 @@ def test_install_upgrade_uninstall(
         pod = call_json(core.list_namespaced_pod, namespace, label_selector=selector)["items"][0]
         if on_process_node:
             assert pod["spec"]["nodeName"] == "proc-cpu-0"
+
             # It really runs: /metrics answers (readiness), and it follows the namespace.
             def watching() -> bool:
                 log = core.read_namespaced_pod_log(pod["metadata"]["name"], namespace)
