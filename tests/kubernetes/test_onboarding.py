@@ -9,8 +9,8 @@ the hub's service account with the chart's ClusterRole <prefix>-onboarding.
 - a username that is not a DNS label gets owner_label's namespace (through the
   pre_spawn_hook, with and without KubeSpawner's enable_user_namespaces);
 - least RBAC: without each verb of each rule of the chart's ClusterRole, onboarding
-  fails naming the object and the rule; an admission policy's refusal of the quota is
-  named the same way.
+  fails naming the object and the rule; an admission policy's refusal of the quota,
+  and a full quota of the hub's namespace, are named the same way.
 
 The chart's objects are rendered with `helm template` and only its RBAC is applied, with
 names of this module's own, so nothing here meets another test's cluster-wide objects.
@@ -449,6 +449,32 @@ def test_admission_refusal_names_the_quota(hub: Hub, admin_api: k8s_client.ApiCl
     assert f"ResourceQuota {namespace}/raylab-user" in err.value.message
     assert policy_name in err.value.message
     assert "at most 8 GPUs per user" in err.value.message
+
+
+def test_quota_refusal_names_the_account(hub: Hub, admin_api: k8s_client.ApiClient) -> None:
+    """A ResourceQuota of the hub's namespace with no room for one more service account:
+    the spawn fails naming the account and the quota."""
+    core = k8s_client.CoreV1Api(admin_api)
+    accounts = call_json(core.list_namespaced_service_account, hub.namespace)["items"]
+    quota = {
+        "metadata": {"name": "accounts"},
+        "spec": {"hard": {"count/serviceaccounts": str(len(accounts))}},
+    }
+    call_json(core.create_namespaced_resource_quota, hub.namespace, quota)
+    try:
+
+        def counted() -> bool:
+            got = call_json(core.read_namespaced_resource_quota, "accounts", hub.namespace)
+            return "used" in got.get("status", {})
+
+        wait_until("the hub namespace's quota counted", counted)
+        with hub.api(admin_api) as api, pytest.raises(OnboardingRefused) as err:
+            onboard(api, "heidi", hub.settings, hub.onboarding, hub.namespace)
+    finally:
+        core.delete_namespaced_resource_quota("accounts", hub.namespace)
+    assert err.value.kind == "ServiceAccount"
+    assert f"ServiceAccount {hub.namespace}/raylab-heidi" in err.value.message
+    assert "exceeded quota: accounts" in err.value.message
 
 
 def test_plan_without_queue_or_username(hub: Hub) -> None:
