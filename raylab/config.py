@@ -278,7 +278,8 @@ class Settings:
         return cls.from_config(_load_server_config())
 
 
-def _load_server_config() -> Config:
+def _load_server_config(section: str = "Raylab") -> Config:
+    """`section` (a Configurable's name) from the Jupyter server config files."""
     from jupyter_core.paths import jupyter_config_path
     from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 
@@ -292,6 +293,6 @@ def _load_server_config() -> Config:
             if not (Path(folder) / filename).is_file():
                 continue
             loaded = loader_cls(filename, path=folder).load_config()
-            if "Raylab" in loaded:
-                merged.merge(Config({"Raylab": loaded["Raylab"]}))
+            if section in loaded:
+                merged.merge(Config({section: loaded[section]}))
     return merged

@@ -233,6 +233,7 @@ def test_culler_bound_per_namespace(
         ({"culler": {"replicas": "two"}}, "at '/culler/replicas': got string, want integer"),
         ({"settings": {"max_gpus_per_user": "16"}}, "/settings/max_gpus_per_user': got string"),
         ({"kueue": {"enabled": "yes"}}, "at '/kueue/enabled': got string, want boolean"),
+        ({"onboarding": {"serviceAccount": "shared"}}, "at '/onboarding/serviceAccount'"),
     ],
     ids=[
         "unknown-key",
@@ -241,6 +242,7 @@ def test_culler_bound_per_namespace(
         "wrong-type",
         "wrong-setting-type",
         "wrong-bool",
+        "account-without-username",
     ],
 )
 def test_bad_values_fail_install(

@@ -123,7 +123,29 @@ peers) unless settings already says otherwise.
 {{- $culler := dict "podSelector" (dict "matchLabels" (include "raylab.selector" (dict "root" . "component" "culler") | fromYaml)) "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" .Release.Namespace)) -}}
 {{- $_ := set $raylab "network_policy_peers" (append (default (list) $raylab.network_policy_peers) $culler) -}}
 {{- end -}}
-{{- dict "Raylab" $raylab | toPrettyJson -}}
+{{- $out := dict "Raylab" $raylab -}}
+{{- if .Values.onboarding.enabled -}}
+{{- $_ := set $out "RaylabOnboarding" (include "raylab.onboardingSettings" . | fromJson) -}}
+{{- end -}}
+{{- $out | toPrettyJson -}}
+{{- end -}}
+
+{{/*
+c.RaylabOnboarding, read by raylab.onboarding.pre_spawn_hook in the hub: what each
+user gets at spawn (the ClusterRole bound, the quota, the ClusterQueue of the LocalQueues).
+*/}}
+{{- define "raylab.onboardingSettings" -}}
+{{- $o := .Values.onboarding -}}
+{{- $out := dict "service_account" $o.serviceAccount "cluster_role" (printf "%s-user" (include "raylab.fullname" .)) "resource_quota" $o.resourceQuota.enabled "namespace_labels" $o.namespaceLabels -}}
+{{- $hard := dict -}}
+{{- range $key, $value := $o.resourceQuota.hard -}}
+{{- $_ := set $hard $key (toString $value) -}}
+{{- end -}}
+{{- $_ := set $out "resource_quota_hard" $hard -}}
+{{- if .Values.kueue.enabled -}}
+{{- $_ := set $out "cluster_queue" .Values.kueue.clusterQueue.name -}}
+{{- end -}}
+{{- toJson $out -}}
 {{- end -}}
 
 {{/* What every pre-puller container shares: tiny requests, no privileges. */}}
