@@ -11,7 +11,13 @@ the chart's settings ConfigMap mounted. Then:
 1. a new user's first `up` (POST raylab/clusters through the proxy, with their token)
    makes a cluster in their own Ray namespace, which becomes Ready;
 2. the admin's server (the overview bound by the chart's rbac.adminOverviewSubjects)
-   lists it with `?all=1`.
+   lists it with `?all=1`;
+3. the chart's culler (its Deployment, on a process node) suspends it once idle (the
+   servers' own culling is off, so nothing else could);
+4. `helm upgrade` with one value changed keeps every object, the chart's and the user's;
+5. `helm uninstall` removes the chart's objects and nothing else.
+
+The tests run in file order, as one deployment's life goes.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from kubernetes.client.exceptions import ApiException
 from processnodes import POD_CIDR, PROCESS_GPU_TYPE, PROCESS_NODE_LABEL, process_profile
 
 from ..kuberay_support import new_namespace
-from ..test_helm_chart import CHART, Helm
+from ..test_helm_chart import CHART, Helm, read, request
 from .deployment import ADMIN_PASSWORD, USER_PASSWORD, Hub, running_hub
 
 RUN = uuid.uuid4().hex[:5]
@@ -44,6 +50,7 @@ USER = "dana"  # never onboarded by hand
 ADMIN = "admin"
 SETTINGS_DIR = "/tmp/raylab-config"  # a process-node pod's private /tmp: where it can mount
 TOKEN_SECONDS = 4 * 3600
+IDLE_MINUTES = 0.25  # from the culler's first idle sight, after the checks of `up`
 # Zero to JupyterHub's hub Role: what KubeSpawner needs in the namespace it spawns in.
 HUB_ROLE_RULES = [
     {"apiGroups": [""], "resources": ["pods", "persistentvolumeclaims", "secrets", "services"],
@@ -137,14 +144,33 @@ def _chart_values(hub_ns: str) -> dict[str, Any]:
             "admin_watch_namespaces": ["*"],
             "default_gpu_type": PROCESS_GPU_TYPE,
             "wait_timeout": 120,
+            # Only the chart's culler suspends, and soon enough to watch.
+            "culler": "off",
+            "idle_suspend_minutes": {PROCESS_GPU_TYPE: IDLE_MINUTES},
+            "idle_warning_minutes": 0.1,
         },
         # The process nodes' type, so that the user's cluster really runs Ray.
         "gpuTypes": {PROCESS_GPU_TYPE: process_profile()},
         "rbac": {"adminOverviewSubjects": [
             {"kind": "ServiceAccount", "name": f"raylab-{ADMIN}", "namespace": hub_ns}]},
         "onboarding": {"enabled": True},
-        "culler": {"enabled": False},
+        "culler": {
+            "namespaces": [f"{PREFIX}-{USER}"],  # made later, by onboarding
+            "interval": 2,
+            "configDir": SETTINGS_DIR,
+            # On a process node: its container runs this machine's `raylab`.
+            "nodeSelector": {PROCESS_NODE_LABEL: "true"},
+            "tolerations": [{"key": PROCESS_NODE_LABEL, "operator": "Exists"}],
+        },
     }  # fmt: skip
+
+
+@dataclass
+class Deployment:
+    hub: KubeSpawnerHub
+    namespace: str  # the hub's, where the chart is installed
+    helm: Helm
+    values: Path  # the chart's values file
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +179,7 @@ def ks_hub(
     process_nodes: list[str],
     admin_api: k8s_client.ApiClient,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[KubeSpawnerHub, str]]:
+) -> Iterator[Deployment]:
     work = tmp_path_factory.mktemp("ks-hub")
     core = k8s_client.CoreV1Api(admin_api)
     rbac = k8s_client.RbacAuthorizationV1Api(admin_api)
@@ -213,7 +239,7 @@ def ks_hub(
                 },
             )  # fmt: skip
             with running_hub(hub) as running:
-                yield running, hub_ns
+                yield Deployment(running, hub_ns, helm, values)
         finally:
             helm.run("uninstall", "raylab", "-n", hub_ns, check=False)
             # Onboarding never deletes: the test removes its users' namespaces.
@@ -224,10 +250,69 @@ def ks_hub(
                                               propagation_policy="Background")  # fmt: skip
 
 
+def _first(hub: KubeSpawnerHub, token: str) -> dict[str, Any]:
+    """The user's cluster `first`, as their server lists it."""
+    code, listing = hub.user_api(USER, token, "GET", "raylab/clusters")
+    assert code == 200, listing
+    cluster: dict[str, Any] = next(c for c in listing["clusters"] if c["name"] == "first")
+    return cluster
+
+
+# The users' kinds, beside the chart's (test_helm_chart.KINDS): their plural.
+USER_KINDS = {"Namespace": "namespaces", "ResourceQuota": "resourcequotas",
+              "RayCluster": "rayclusters", "Pod": "pods"}  # fmt: skip
+
+
+def _read(api: k8s_client.ApiClient, doc: dict[str, Any]) -> dict[str, Any] | None:
+    if doc["kind"] not in USER_KINDS:
+        return read(api, doc)
+    version, meta = doc["apiVersion"], doc["metadata"]
+    path = f"/api/{version}" if "/" not in version else f"/apis/{version}"
+    if "namespace" in meta:
+        path += f"/namespaces/{meta['namespace']}"
+    try:
+        live: dict[str, Any] = request(
+            api, "GET", f"{path}/{USER_KINDS[doc['kind']]}/{meta['name']}"
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return live
+
+
+def _uids(admin_api: k8s_client.ApiClient, docs: list[dict[str, Any]]) -> dict[str, str]:
+    """uid of each object in `docs` that exists, by kind and name."""
+    found = {}
+    for doc in docs:
+        live = _read(admin_api, doc)
+        if live is not None:
+            found[f"{doc['kind']}/{doc['metadata']['name']}"] = live["metadata"]["uid"]
+    return found
+
+
+def _users_objects(hub_ns: str) -> list[dict[str, Any]]:
+    """What onboarding, KubeSpawner and the user made, none of it the chart's."""
+    user_ns = f"{PREFIX}-{USER}"
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": user_ns}},
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": f"raylab-{USER}", "namespace": hub_ns}},
+        {"apiVersion": "v1", "kind": "ResourceQuota",
+         "metadata": {"name": "raylab-user", "namespace": user_ns}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": f"{PREFIX}-user-{USER}", "namespace": user_ns}},
+        {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+         "metadata": {"name": "first", "namespace": user_ns}},
+        {"apiVersion": "v1", "kind": "Pod",
+         "metadata": {"name": f"jupyter-{USER}", "namespace": hub_ns}},
+    ]  # fmt: skip
+
+
 def test_new_user_first_up_and_the_admin_overview(
-    ks_hub: tuple[KubeSpawnerHub, str], admin_api: k8s_client.ApiClient
+    ks_hub: Deployment, admin_api: k8s_client.ApiClient
 ) -> None:
-    hub, hub_ns = ks_hub
+    hub, hub_ns = ks_hub.hub, ks_hub.namespace
     core = k8s_client.CoreV1Api(admin_api)
     for user in (USER, ADMIN):
         hub.start_server(user)
@@ -248,12 +333,8 @@ def test_new_user_first_up_and_the_admin_overview(
     assert status == 201, (status, made, hub.log_tail())
     assert made["cluster"]["namespace"] == user_ns
 
-    def phase() -> str:
-        code, listing = hub.user_api(USER, token, "GET", "raylab/clusters")
-        assert code == 200, listing
-        return next(c["phase"] for c in listing["clusters"] if c["name"] == "first")
-
-    wait_until("the first cluster Ready", lambda: phase() == "Ready", timeout=120, interval=1)
+    wait_until("the first cluster Ready", lambda: _first(hub, token)["phase"] == "Ready",
+               timeout=120, interval=1)  # fmt: skip
 
     # 2. The admin's overview shows it, in the user's namespace.
     admin_token = hub.user_token(ADMIN)
@@ -261,3 +342,47 @@ def test_new_user_first_up_and_the_admin_overview(
     assert status == 200, listing
     seen = [(c["name"], c["namespace"], c["owner"]) for c in listing["clusters"]]
     assert ("first", user_ns, USER) in seen, seen
+
+
+def test_the_charts_culler_suspends_it_when_idle(
+    ks_hub: Deployment, admin_api: k8s_client.ApiClient
+) -> None:
+    hub = ks_hub.hub
+    core = k8s_client.CoreV1Api(admin_api)
+    selector = "app.kubernetes.io/component=culler"
+    pods = call_json(core.list_namespaced_pod, ks_hub.namespace, label_selector=selector)
+    assert [p["spec"]["nodeName"] for p in pods["items"]] == ["proc-cpu-0"]
+    token = hub.user_token(USER)
+    wait_until("the idle cluster Suspended", lambda: _first(hub, token)["phase"] == "Suspended",
+               timeout=90, interval=1)  # fmt: skip
+    idle = _first(hub, token)["idle"]
+    assert idle.get("suspended_at"), idle  # kept on it, with when
+    name = pods["items"][0]["metadata"]["name"]
+    log = core.read_namespaced_pod_log(name, ks_hub.namespace)
+    assert "suspended first" in log, log[-2000:]
+
+
+def test_helm_upgrade_keeps_everything(ks_hub: Deployment, admin_api: k8s_client.ApiClient) -> None:
+    helm, hub_ns = ks_hub.helm, ks_hub.namespace
+    charts = helm.template(hub_ns, "-f", ks_hub.values)
+    everything = [*charts, *_users_objects(hub_ns)]
+    before = _uids(admin_api, everything)
+    assert len(before) == len(everything), sorted(before)
+    helm.run("upgrade", "raylab", CHART, "-n", hub_ns, "-f", ks_hub.values,
+             "--set", "culler.interval=3")  # fmt: skip
+    assert _uids(admin_api, everything) == before
+    # The user's server and cluster are still there for them.
+    assert (ks_hub.hub.server_of(USER) or {}).get("ready")
+    assert _first(ks_hub.hub, ks_hub.hub.user_token(USER))["phase"] == "Suspended"
+
+
+def test_helm_uninstall_removes_only_what_the_chart_made(
+    ks_hub: Deployment, admin_api: k8s_client.ApiClient
+) -> None:
+    helm, hub_ns = ks_hub.helm, ks_hub.namespace
+    charts = helm.template(hub_ns, "-f", ks_hub.values)
+    users = _users_objects(hub_ns)
+    kept = _uids(admin_api, users)
+    helm.run("uninstall", "raylab", "-n", hub_ns, "--wait")
+    assert _uids(admin_api, charts) == {}
+    assert _uids(admin_api, users) == kept
