@@ -238,8 +238,8 @@ def ks_hub(
                     "JUPYTER_CONFIG_PATH": str(hub_config),
                 },
             )  # fmt: skip
-            with running_hub(hub) as running:
-                yield Deployment(running, hub_ns, helm, values)
+            with running_hub(hub):
+                yield Deployment(hub, hub_ns, helm, values)
         finally:
             helm.run("uninstall", "raylab", "-n", hub_ns, check=False)
             # Onboarding never deletes: the test removes its users' namespaces.
