@@ -34,6 +34,11 @@ class SpawnOnboarding:
         self._api = api
         self._lock = threading.Lock()
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> SpawnOnboarding:
+        # traitlets deep-copies config values into each spawner it makes: they all share
+        # this hook and its API client (a lock and a connection pool cannot be copied).
+        return self
+
     def api(self) -> Any:
         """The hub's own credentials: its pod's service account (or KUBECONFIG)."""
         with self._lock:

@@ -22,7 +22,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import psutil
 from controlplane import wait_until
@@ -53,6 +53,7 @@ class Hub:
     culler_kubeconfig: str
     users: list[str]
     admin: str = "admin"
+    config: ClassVar[Path] = HERE / "jupyterhub_config.py"  # the hub's jupyterhub_config.py
     port: int = field(default_factory=free_port)
     hub_port: int = field(default_factory=free_port)
     proxy_api_port: int = field(default_factory=free_port)
@@ -151,7 +152,7 @@ class Hub:
     def start_hub(self) -> None:
         with self.log.open("ab") as out:
             self._hub = subprocess.Popen(
-                [sys.executable, "-m", "jupyterhub", f"--config={HERE / 'jupyterhub_config.py'}"],
+                [sys.executable, "-m", "jupyterhub", f"--config={self.config}"],
                 cwd=self.work, env=self._env(), stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )  # fmt: skip
