@@ -12,7 +12,7 @@ from ..backends.base import Backend
 from ..config import Settings
 from ..identity import current_user
 from ..service import ClusterService
-from ..standby import StandbyKeeper
+from .standby_keeper import StandbyKeeper
 
 TICK_S = 5.0  # how soon after a claim the next standby starts
 

@@ -4,15 +4,14 @@
 A standby is an ordinary cluster of its owner's with an end time (`standby_until`):
 never shared, never reused, counted in the owner's quota and GPU-hours, never
 idle-suspended, deleted at its end or when the owner's server stops. `up` claims it in
-one conditional write (`Backend.claim`). The shapes are the admin's (`c.Raylab.standby`).
+one conditional write (`Backend.claim`). The shapes are the admin's (`c.Raylab.standby`);
+the server keeps them (server/standby_keeper.py).
 """
 
 from .claims import claim_standby, make_room
-from .keeper import StandbyKeeper
 from .shapes import same_shape, standby_specs, unusable
 
 __all__ = [
-    "StandbyKeeper",
     "claim_standby",
     "make_room",
     "same_shape",

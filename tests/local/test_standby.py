@@ -27,8 +27,8 @@ from raylab.config import Settings
 from raylab.display.render import phase_text
 from raylab.identity import current_user
 from raylab.model import ClusterInfo, Phase
+from raylab.server.standby_keeper import StandbyKeeper
 from raylab.service import ClusterService
-from raylab.standby import StandbyKeeper
 
 USER = current_user()  # the CLI's and the server's user too
 HEAD_ALONE = {"workers": 0, "cpus": "1"}  # the cpu GPU type's cheapest cluster

@@ -43,8 +43,16 @@ from ..base import ClusterEvent
 from .memory import object_store_bytes
 from .node import READY_TEXT, RESTART_MARK, node_ref
 from .ports import PortPicker
-from .processes import CLUSTER_ENV, NODE_ENV, NodeProcess, alive, log_started, spawn, stop_sessions
-from .standby_reaper import start_reaper
+from .processes import (
+    CLUSTER_ENV,
+    NODE_ENV,
+    NodeProcess,
+    alive,
+    log_started,
+    spawn,
+    start_reaper,
+    stop_sessions,
+)
 from .tempdir import is_inside, private_temp_root
 
 log = logging.getLogger(__name__)

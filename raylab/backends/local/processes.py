@@ -50,6 +50,22 @@ _RAY_ENV = {
 }
 
 
+# The module a standby's reaper runs (standby_reaper.py), named rather than imported: it
+# imports the backend, which starts it.
+REAPER_MODULE = "raylab.backends.local.standby_reaper"
+
+
+def start_reaper(state_dir: Path, name: str, uid: str) -> None:
+    """Start the process that ends the standby `name` (whose uid is `uid`) at its time."""
+    subprocess.Popen(
+        [sys.executable, "-m", REAPER_MODULE, str(state_dir), name, uid],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # outlives the kernel or server that made it
+    )
+
+
 @dataclass
 class NodeProcess:
     role: str  # "head" | "worker"

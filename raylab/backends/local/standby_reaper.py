@@ -7,27 +7,17 @@ gets this process, in a session of its own, which deletes it at its time if it i
 a standby, and ends as soon as it is claimed or gone.
 
     python -m raylab.backends.local.standby_reaper STATE_DIR NAME UID
+
+(started by processes.start_reaper).
 """
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 POLL_S = 1.0  # a claim ends it within this; the read is one small file
-
-
-def start_reaper(state_dir: Path, name: str, uid: str) -> None:
-    """Start the process that ends the standby `name` (whose uid is `uid`) at its time."""
-    subprocess.Popen(
-        [sys.executable, "-m", __name__, str(state_dir), name, uid],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # outlives the kernel or server that made it
-    )
 
 
 def reap(state_dir: Path, name: str, uid: str) -> bool:

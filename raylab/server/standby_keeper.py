@@ -16,7 +16,7 @@ from ..errors import RaylabError
 from ..model import ClusterInfo
 from ..service import ClusterService
 from ..spec import ClusterSpec, generate_name
-from .shapes import machine_refuses, same_shape, standby_specs, unusable
+from ..standby.shapes import machine_refuses, same_shape, standby_specs, unusable
 
 log = logging.getLogger(__name__)
 
