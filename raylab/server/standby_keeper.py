@@ -16,6 +16,7 @@ from ..errors import RaylabError
 from ..model import ClusterInfo
 from ..service import ClusterService
 from ..spec import ClusterSpec, generate_name
+from ..standby.claims import retire_standbys
 from ..standby.shapes import machine_refuses, same_shape, standby_specs, unusable
 
 log = logging.getLogger(__name__)
@@ -107,11 +108,4 @@ class StandbyKeeper:
 
     def retire_all(self) -> list[str]:
         """Delete the user's standbys (their server stops)."""
-        backend = self.service.backend
-        gone = []
-        for info in backend.clusters(owner=self.service.user):
-            if info.standby_until is not None and backend.retire_standby(
-                info.name, namespace=info.namespace
-            ):
-                gone.append(info.name)
-        return gone
+        return retire_standbys(self.service.backend, self.service.user)

@@ -37,14 +37,20 @@ def claim_standby(
     return None
 
 
+def retire_standbys(backend: Backend, owner: str) -> list[str]:
+    """Delete the owner's unclaimed standbys (each conditionally); the names deleted."""
+    return [
+        info.name
+        for info in backend.clusters(owner=owner)
+        if info.standby_until is not None
+        and backend.retire_standby(info.name, namespace=info.namespace)
+    ]
+
+
 def make_room(backend: Backend, owner: str, say: Say) -> bool:
     """Delete the owner's standbys, so that a cluster they ask for fits their quota (a
     standby never holds what its owner asks for). True when one was deleted."""
-    freed = False
-    for info in backend.clusters(owner=owner):
-        if info.standby_until is not None and backend.retire_standby(
-            info.name, namespace=info.namespace
-        ):
-            say(f"Deleted the standby cluster {info.name} to make room in your quota.")
-            freed = True
-    return freed
+    gone = retire_standbys(backend, owner)
+    for name in gone:
+        say(f"Deleted the standby cluster {name} to make room in your quota.")
+    return bool(gone)
