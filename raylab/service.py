@@ -7,6 +7,7 @@ names of other users' clusters do not leak.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
@@ -360,8 +361,11 @@ class ClusterService:
         timeout: float,
         view: WaitView | None = None,
         interval: float = 0.2,
+        wake: threading.Event | None = None,
     ) -> ClusterInfo:
         """Poll until `until(info)`; raise on Failed or after `timeout` seconds.
+        `wake`, when set, ends the pause at once (what `until` waits for may be done);
+        the wait clears it.
 
         The one loop of a wait: `view` gets each change, a tick every second (its clock)
         and a note while the backend is away. The cluster is left as it is on timeout:
@@ -430,7 +434,11 @@ class ClusterService:
                     f"{self._verb('down ' + name)} to delete it",
                 )
             # A queue moves in minutes, and each look at it is several requests.
-            time.sleep(max(interval, 1.0) if info.phase == Phase.QUEUED else interval)
+            pause = max(interval, 1.0) if info.phase == Phase.QUEUED else interval
+            if wake is None:
+                time.sleep(pause)
+            elif wake.wait(pause):
+                wake.clear()  # woken once: the pauses after it are whole again
 
     # --- rules --------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from .parser import CommandError, build_parser, request_from, subparser, unknown
 if TYPE_CHECKING:
     from ..backends.base import Backend
     from ..kernel.driver_watch import Lost
+    from ..sync import drift
     from ..sync.runtime_env import Prepared
 
 
@@ -108,6 +109,8 @@ class Commands:
     def do_up(self, args: argparse.Namespace) -> ClusterInfo:
         request = request_from(args)
         service = self.service(args.backend)
+        connect = args.connect and self.may_connect
+        kernel_side = self._kernel_side() if connect else None
         timeout = args.timeout or self.settings.profiles.defaults.timeout
         options = options_from(args)
         envs = self.environments()
@@ -161,7 +164,6 @@ class Commands:
             PhaseClock(PhaseHistory(), f"{info.backend}/{info.spec.gpu_type}", record=fresh),
             live=not isinstance(shown, TextProgress),
         )
-        connect = args.connect and self.may_connect
         # One wait: the kernel connects as soon as the head is up, in a thread, while the
         # same loop follows the workers and keeps the card live.
         connecting = _Connecting()
@@ -180,16 +182,16 @@ class Commands:
 
         try:
             info = service.wait(info.name, done, max(1.0, timeout - (time.monotonic() - began)),
-                                view)  # fmt: skip
+                                view, wake=connecting.ended)  # fmt: skip
         except Exception:  # not on an interrupt: that returns at once
             connecting.settle()
             raise
         view.stop_clock()
         view.update(info, note="")
         self.out.line(self._connected_note(info) if connect else render.connect_code(info))
-        if connect:
+        if kernel_side is not None:
             self._client_limits()
-            self._drift()
+            self._drift(kernel_side)
         return info
 
     def do_down(self, args: argparse.Namespace) -> None:
@@ -242,6 +244,7 @@ class Commands:
         info = service.get(args.name)
         envs = self.environments()
         prepared = envs.prepare(options_from(args), info)  # checks before connecting
+        kernel_side = self._kernel_side()
         for warning in prepared.warnings:
             self.out.warn(warning)
         if not info.head_ready:
@@ -254,7 +257,7 @@ class Commands:
         info = envs.remember(service, info, prepared)
         self.out.line(self._connected_note(info))
         self._client_limits()
-        self._drift()
+        self._drift(kernel_side)
         return info
 
     def do_disconnect(self, args: argparse.Namespace) -> None:
@@ -488,6 +491,7 @@ class Commands:
         options = EnvOptions(pip=(*kept, *requirements, *(env.wheels if env else ())))
         envs = self.environments()
         prepared = envs.prepare(options, info)
+        kernel_side = self._kernel_side()
         for warning in prepared.warnings:
             self.out.warn(warning)
         self._connect(info, service, prepared, backend or self._connected_backend)
@@ -497,7 +501,7 @@ class Commands:
             f"Added {what} to {name}'s environment and reconnected this kernel "
             "(objects and actors of the previous connection are gone)."
         )
-        self._drift()
+        self._drift(kernel_side)
         return info
 
     # --- helpers ------------------------------------------------------------------
@@ -542,10 +546,15 @@ class Commands:
                 "for this kernel's environment (the first time can take minutes)…"
             )
 
-    def _drift(self) -> None:
+    def _kernel_side(self) -> drift.KernelSide:
         from ..sync import drift
 
-        for warning in drift.check(self.cells()):
+        return drift.KernelSide(self.cells())
+
+    def _drift(self, kernel_side: drift.KernelSide) -> None:
+        from ..sync import drift
+
+        for warning in drift.check(kernel_side):
             self.out.warn(warning)
 
     def _client_limits(self) -> None:
@@ -614,6 +623,8 @@ class _Connecting:
     def __init__(self) -> None:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._done = False
+        self.ended = threading.Event()  # wakes the wait loop: no poll's delay after it
 
     @property
     def started(self) -> bool:
@@ -625,13 +636,16 @@ class _Connecting:
                 run()
             except BaseException as exc:  # re-raised in the kernel's thread
                 self._error = exc
+            finally:
+                self._done = True  # before the thread has ended: finished() may not wait
+                self.ended.set()
 
         self._thread = threading.Thread(target=target, daemon=True, name="raylab-connect")
         self._thread.start()
 
     def finished(self) -> bool:
         """True once connected; the connect's own error if it failed."""
-        if self._thread is None or self._thread.is_alive():
+        if not self._done:
             return False
         if self._error is not None:
             raise self._error

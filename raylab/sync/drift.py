@@ -13,6 +13,7 @@ import ast
 import importlib.metadata as md
 import re
 import sys
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -43,11 +44,12 @@ def imported_modules(cells: Iterable[str]) -> set[str]:
 
 def kernel_versions(modules: Iterable[str]) -> dict[str, str]:
     """{distribution: version} in this kernel for the modules (stdlib and Ray left out)."""
+    wanted = [m for m in modules if m not in sys.stdlib_module_names]
+    if not wanted:
+        return {}  # packages_distributions() below reads every installed file list
     owners = md.packages_distributions()
     out: dict[str, str] = {}
-    for module in modules:
-        if module in sys.stdlib_module_names:
-            continue
+    for module in wanted:
         for dist in owners.get(module, ()):
             name = normalize(dist)
             if name in NEVER_SHIPPED:
@@ -57,6 +59,29 @@ def kernel_versions(modules: Iterable[str]) -> dict[str, str]:
             except md.PackageNotFoundError:
                 continue
     return out
+
+
+class KernelSide:
+    """This kernel's versions of what the cells import, looked up in a thread from the
+    moment `up` or `connect` begins: mapping modules to distributions reads every
+    installed distribution's file list, a second or more of a first cell's wait in a
+    large environment, which the wait for the cluster hides."""
+
+    def __init__(self, cells: Iterable[str]) -> None:
+        self._cells = list(cells)
+        self._found: dict[str, str] = {}
+        self._thread = threading.Thread(target=self._look, name="raylab-drift", daemon=True)
+        self._thread.start()
+
+    def _look(self) -> None:
+        try:
+            self._found = kernel_versions(imported_modules(self._cells))
+        except Exception:  # a cell IPython cannot transform: no warning is worth a failed connect
+            self._found = {}
+
+    def versions(self) -> dict[str, str]:
+        self._thread.join()
+        return self._found
 
 
 def differences(kernel: dict[str, str], cluster: dict[str, str | None]) -> list[str]:
@@ -97,12 +122,9 @@ def cluster_versions(names: list[str], timeout: float = TIMEOUT_S) -> dict[str, 
     return result
 
 
-def check(cells: Iterable[str]) -> list[str]:
+def check(kernel_side: KernelSide) -> list[str]:
     """The warning lines for this kernel's notebook and the connected cluster."""
-    try:
-        kernel = kernel_versions(imported_modules(cells))
-    except Exception:  # a cell IPython cannot transform: no warning is worth a failed connect
-        return []
+    kernel = kernel_side.versions()
     if not kernel:
         return []  # nothing to compare: no remote call
     try:
