@@ -17,3 +17,16 @@ def test_drift_lines() -> None:
         "numpy 1.26.4 in this kernel, 2.1.0 on the cluster: objects passed between them may "
         "not load; install the same version on both (`%raycluster pip install numpy==1.26.4`)"
     ]
+
+
+def test_the_kernel_side_looks_up_what_the_cells_import_in_the_background() -> None:
+    import importlib.metadata as md
+
+    from raylab.sync.drift import KernelSide
+
+    side = KernelSide(["import packaging.version", "import os, json"])
+    assert side.versions() == {"packaging": md.version("packaging")}
+    assert (
+        KernelSide(["import os", "x = 1"]).versions() == {}
+    )  # only the stdlib: nothing to compare
+    assert KernelSide(["%%not python (]"]).versions() == {}
