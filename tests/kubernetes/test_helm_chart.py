@@ -352,6 +352,38 @@ def test_settings_file_is_what_raylab_reads(helm: Helm, tmp_path: Path) -> None:
     assert got["peers"] == [{"podSelector": {"matchLabels": {"app": "shared-server"}}}, culler_peer]
 
 
+def _page_block(page: str, section: str) -> dict[str, Any]:
+    """The first YAML block of a section of a page under docs/."""
+    text = (ROOT / "docs" / page).read_text().split(section, 1)[1]
+    block: dict[str, Any] = yaml.safe_load(text.split("```yaml\n", 1)[1].split("```", 1)[0])
+    return block
+
+
+def test_the_documented_install_is_what_the_chart_takes(helm: Helm, tmp_path: Path) -> None:
+    """docs/zero-to-jupyterhub.md's values pass the chart's schema as written, and its Zero
+    to JupyterHub values mount the ConfigMap that install makes, where raylab reads it."""
+    values = tmp_path / "my-values.yaml"
+    values.write_text(yaml.safe_dump(_page_block("zero-to-jupyterhub.md", "## 3. The chart")))
+    docs = helm.template("jhub", "--values", values)
+    config = next(d for d in docs if d["kind"] == "ConfigMap")["metadata"]["name"]
+    kinds = {d["kind"] for d in docs}
+    assert {"ClusterRole", "Deployment", "ConfigMap", "NetworkPolicy"} <= kinds, kinds
+    onboarding = [d for d in docs if d["metadata"]["name"] == "raylab-onboarding"]
+    assert {d["kind"] for d in onboarding} == {
+        "ClusterRole",
+        "ClusterRoleBinding",
+    }  # onboarding.enabled
+    z2jh = _page_block("zero-to-jupyterhub.md", "## 4. Zero to JupyterHub values")
+    for pod, where in (("singleuser", z2jh["singleuser"]["storage"]), ("hub", z2jh["hub"])):
+        volume = next(v for v in where["extraVolumes"] if v["name"] == "raylab-config")
+        assert volume["configMap"]["name"] == config, pod
+        mount = next(m for m in where["extraVolumeMounts"] if m["name"] == "raylab-config")
+        assert mount["mountPath"] == "/usr/local/etc/jupyter/jupyter_server_config.json", pod
+        assert mount["subPath"] == "jupyter_server_config.json", pod
+    hook = z2jh["hub"]["extraConfig"]["raylab-onboarding"]
+    assert "c.KubeSpawner.pre_spawn_hook = raylab.onboarding.pre_spawn_hook" in hook
+
+
 # ---------------------------------------------------------------- a real install
 
 

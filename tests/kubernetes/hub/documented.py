@@ -14,7 +14,7 @@ import yaml
 from ..kuberay_support import ROOT
 
 DOC = ROOT / "docs" / "zero-to-jupyterhub.md"
-SECTION = "## 3. Helm values"
+SECTION = "### Zero to JupyterHub values, by hand"
 
 
 def helm_values() -> dict[str, Any]:
