@@ -2,7 +2,7 @@
 
 Every object carries raylab's labels (`app.kubernetes.io/managed-by: raylab`, the
 owner's safe label) so that `kubectl get -l` finds them, and the username as typed in
-an annotation.
+an annotation; a settings copy in a namespace that all users' pods share has no owner.
 """
 
 from __future__ import annotations

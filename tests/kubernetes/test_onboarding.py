@@ -590,6 +590,20 @@ def test_plan_without_queue_or_username(hub: Hub) -> None:
         plan("gina", shared, onboarding)
 
 
+def test_plan_settings_copy_in_a_shared_namespace(hub: Hub) -> None:
+    """Pods of every user in one namespace that is not the chart's: one copy for all,
+    with raylab's labels but no owner (each user's spawn applies the same object)."""
+    shared = plan("gina", hub.settings, hub.onboarding, "notebooks", {"data": {"k": "v"}})
+    copied = next(m for m in shared.manifests if m["kind"] == "ConfigMap")
+    assert copied["metadata"]["namespace"] == "notebooks"
+    assert copied["metadata"]["labels"] == {
+        "app.kubernetes.io/managed-by": "raylab",
+        "app.kubernetes.io/component": "onboarding",
+    }
+    assert "annotations" not in copied["metadata"]
+    assert copied["data"] == {"k": "v"}
+
+
 # ---------------------------------------------------------------------------- helpers
 
 
