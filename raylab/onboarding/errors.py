@@ -46,3 +46,41 @@ def explain(kind: str, said: str, cluster_role: str) -> str:
             f"'bind' on clusterroles/{cluster_role} (rbac.authorization.k8s.io)"
         )
     return said
+
+
+class ConfigMapUnreadable(OnboardingRefused):
+    """The chart's settings ConfigMap, which a pod outside its namespace gets a copy of,
+    could not be read: the spawn fails rather than start a pod without raylab's settings
+    (its mount would never appear, and the pod would wait for it)."""
+
+    def __init__(
+        self, username: str, namespace: str, name: str, pod_namespace: str, reason: str,
+        status: int | None = None,
+    ) -> None:  # fmt: skip
+        todo = _config_map_todo(status, namespace, name)
+        # The message alone says what to do: JupyterHub shows only the message.
+        RaylabError.__init__(
+            self,
+            f"raylab could not onboard user {username!r}: it could not read ConfigMap "
+            f"{namespace}/{name}, the raylab settings to copy into namespace "
+            f"{pod_namespace} for their pod: {reason}. {todo}",
+            detail=todo,
+        )
+        self.kind = "ConfigMap"
+        self.namespace = namespace
+        self.name = name
+        self.reason = reason
+
+
+def _config_map_todo(status: int | None, namespace: str, name: str) -> str:
+    if status == 404:
+        return (
+            f"Install the raylab Helm chart in namespace {namespace}, or set "
+            "c.RaylabOnboarding.config_map and config_map_namespace to its ConfigMap."
+        )
+    if status == 403:
+        return (
+            "The hub's service account needs the Role <prefix>-onboarding of the raylab "
+            f"Helm chart in namespace {namespace} (get on configmaps/{name})."
+        )
+    return "Check that the hub reaches the API server, then spawn again."

@@ -26,12 +26,14 @@ class SpawnOnboarding:
 
     Onboards `spawner.user.name`, then points the spawner at what was made: its
     `service_account`, and with `enable_user_namespaces` its `namespace` (the pod then
-    runs in the user's Ray namespace, beside their clusters). Settings are read at each
-    spawn, so a changed ConfigMap applies without restarting the hub.
+    runs in the user's Ray namespace, beside their clusters, with a copy of the chart's
+    settings ConfigMap there to mount). Settings are read at each spawn, so a changed
+    ConfigMap applies without restarting the hub.
     """
 
     def __init__(self, api: Any = None) -> None:
         self._api = api
+        self._context_namespace: str | None = None
         self._lock = threading.Lock()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> SpawnOnboarding:
@@ -45,8 +47,20 @@ class SpawnOnboarding:
             if self._api is None:
                 from ..backends.kuberay.config import load_api_client
 
-                self._api, _ = load_api_client()
+                self._api, self._context_namespace = load_api_client()
             return self._api
+
+    def hub_namespace(self) -> str:
+        """The hub's own namespace, where the chart's ConfigMap is unless
+        c.RaylabOnboarding.config_map_namespace says: its pod's, else its kubeconfig
+        context's, else kubectl's default."""
+        from ..backends.kuberay.config import SA_DIR
+
+        try:
+            own = (SA_DIR / "namespace").read_text().strip()
+        except OSError:
+            own = ""
+        return own or self._context_namespace or "default"
 
     async def __call__(self, spawner: Any) -> Onboarded:
         settings, onboarding = load(getattr(spawner, "config", None))
@@ -55,9 +69,11 @@ class SpawnOnboarding:
         # `namespace`), or the user's Ray namespace with enable_user_namespaces.
         account_namespace = None if user_namespaces else getattr(spawner, "namespace", None)
         # The API calls block: off the hub's event loop.
+        api = self.api()
         done = await asyncio.to_thread(
-            onboard, self.api(), spawner.user.name, settings, onboarding, account_namespace
-        )
+            onboard, api, spawner.user.name, settings, onboarding, account_namespace,
+            hub_namespace=self.hub_namespace(),
+        )  # fmt: skip
         if user_namespaces:
             spawner.namespace = done.namespace
         spawner.service_account = done.service_account

@@ -2,11 +2,12 @@
 
 Every object carries raylab's labels (`app.kubernetes.io/managed-by: raylab`, the
 owner's safe label) so that `kubectl get -l` finds them, and the username as typed in
-an annotation.
+an annotation; a settings copy in a namespace that all users' pods share has no owner.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,9 +47,11 @@ def plan(
     settings: Settings,
     onboarding: RaylabOnboarding,
     account_namespace: str | None = None,
+    config: Mapping[str, Any] | None = None,
 ) -> Plan:
     """The objects for `username`. `account_namespace` is where their notebook pod (so
-    its service account) lives; None: their own Ray namespace."""
+    its service account) lives; None: their own Ray namespace. `config`: the chart's
+    settings ConfigMap, to copy into that namespace (see `copies_config`)."""
     template = settings.options.namespace_template
     if "{username}" not in template:
         raise RaylabError(
@@ -80,6 +83,9 @@ def plan(
         },
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(account, account_ns)},
     ]
+    if config is not None:
+        manifests.append(config_copy(config, meta(onboarding.config_map, account_ns),
+                                     own=account_ns == namespace))  # fmt: skip
     if onboarding.resource_quota:
         manifests.append(
             {
@@ -115,6 +121,31 @@ def plan(
         }
     )
     return Plan(username, namespace, account, account_ns, tuple(manifests))
+
+
+def pod_namespace(username: str, settings: Settings, account_namespace: str | None) -> str:
+    """The namespace of `username`'s notebook pod (see `plan`)."""
+    return account_namespace or resolve_namespace(settings, username, None)
+
+
+def copies_config(onboarding: RaylabOnboarding, pod_ns: str, config_ns: str) -> bool:
+    """A pod can mount only a ConfigMap of its own namespace: one outside the chart's
+    (enable_user_namespaces) gets a copy of its settings ConfigMap."""
+    return bool(onboarding.config_map) and pod_ns != config_ns
+
+
+def config_copy(source: Mapping[str, Any], metadata: dict[str, Any], own: bool) -> dict[str, Any]:
+    """The chart's ConfigMap `source` as it goes into the pod's namespace: its data as
+    they are, under onboarding's `metadata`. In a namespace that is not the user's own
+    (a shared one of the pods), the copy is everyone's: no owner on it."""
+    if not own:
+        metadata["labels"].pop(OWNER_LABEL, None)
+        metadata.pop("annotations", None)
+    out: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata}
+    for key in ("data", "binaryData"):
+        if source.get(key):
+            out[key] = dict(source[key])
+    return out
 
 
 def quota_hard(settings: Settings, onboarding: RaylabOnboarding) -> dict[str, str]:

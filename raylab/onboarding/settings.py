@@ -46,6 +46,18 @@ class RaylabOnboarding(Configurable):
         help="Kueue ClusterQueue that each user's LocalQueues (c.Raylab.local_queue and "
         "the GPU types' own) point at. Empty: no LocalQueue is made.",
     ).tag(config=True)
+    config_map = Unicode(
+        "raylab-config",
+        help="The chart's settings ConfigMap (<prefix>-config), which the notebook pods "
+        "mount. A pod outside its namespace (enable_user_namespaces) cannot mount it, so "
+        "onboarding copies it, same name and data, into the pod's namespace at each "
+        "spawn. Empty: no copy.",
+    ).tag(config=True)
+    config_map_namespace = Unicode(
+        "",
+        help="Namespace of config_map (the chart's release namespace). Empty: the hub's "
+        "own (its pod's; outside a pod, its kubeconfig context's).",
+    ).tag(config=True)
     namespace_labels = Dict(
         value_trait=Unicode(),
         help="More labels on each user's namespace, e.g. "

@@ -8,12 +8,16 @@ the hub's service account with the chart's ClusterRole <prefix>-onboarding.
   backend in their new namespace (their first `up`);
 - a username that is not a DNS label gets owner_label's namespace (through the
   pre_spawn_hook, with and without KubeSpawner's enable_user_namespaces);
+- a pod in the user's own namespace (enable_user_namespaces) gets a copy of the chart's
+  settings ConfigMap there, labelled as raylab's, brought back in line at each spawn; a
+  missing ConfigMap fails the spawn naming it;
 - least RBAC: without each verb of each rule of the chart's ClusterRole, onboarding
   fails naming the object and the rule; an admission policy's refusal of the quota,
   and a full quota of the hub's namespace, are named the same way.
 
-The chart's objects are rendered with `helm template` and only its RBAC is applied, with
-names of this module's own, so nothing here meets another test's cluster-wide objects.
+The chart's objects are rendered with `helm template` and only its RBAC and its settings
+ConfigMap are applied, with names of this module's own, so nothing here meets another
+test's cluster-wide objects.
 """
 
 from __future__ import annotations
@@ -75,6 +79,8 @@ class Hub:
     settings: Settings
     onboarding: RaylabOnboarding
     role: dict[str, Any]
+    config_role: dict[str, Any]  # the Role that reads the settings ConfigMap
+    config_map: dict[str, Any]  # the chart's settings ConfigMap, as rendered
     config_dir: Path  # the chart's settings file, as the hub pod mounts it
 
     def api(self, admin_api: k8s_client.ApiClient) -> k8s_client.ApiClient:
@@ -96,8 +102,9 @@ def _rendered(helm: Helm, hub_namespace: str) -> list[dict[str, Any]]:
 
 
 def _allowed(admin_api: k8s_client.ApiClient, user: str, verb: str, resource: str,
-             group: str = "", name: str = "") -> bool:  # fmt: skip
-    attributes = {"verb": verb, "resource": resource, "group": group, "name": name}
+             group: str = "", name: str = "", namespace: str = "") -> bool:  # fmt: skip
+    attributes = {"verb": verb, "resource": resource, "group": group, "name": name,
+                  "namespace": namespace}  # fmt: skip
     review = {"spec": {"user": user, "resourceAttributes": attributes}}
     auth = k8s_client.AuthorizationV1Api(admin_api)
     return bool(call_json(auth.create_subject_access_review, review)["status"]["allowed"])
@@ -122,13 +129,19 @@ def hub(
         roles = [d for d in docs if d["kind"] == "ClusterRole"]
         binding = next(d for d in docs if d["kind"] == "ClusterRoleBinding"
                        and d["metadata"]["name"] == f"{PREFIX}-onboarding")  # fmt: skip
+        config_role = next(d for d in docs if d["kind"] == "Role")
+        config_map = next(d for d in docs if d["kind"] == "ConfigMap")
         call_json(core.create_namespaced_service_account, hub_ns, {"metadata": {"name": "hub"}})
         for role in roles:
             call_json(rbac.create_cluster_role, role)
         call_json(rbac.create_cluster_role_binding, binding)
+        # Namespaced, in the hub's namespace: gone with it.
+        call_json(rbac.create_namespaced_role, hub_ns, config_role)
+        call_json(rbac.create_namespaced_role_binding, hub_ns,
+                  next(d for d in docs if d["kind"] == "RoleBinding"))  # fmt: skip
+        call_json(core.create_namespaced_config_map, hub_ns, config_map)
         try:
             # The chart's settings file, read as the hook reads it in the hub pod.
-            config_map = next(d for d in docs if d["kind"] == "ConfigMap")
             folder = tmp_path_factory.mktemp("jupyter-config")
             text = config_map["data"]["jupyter_server_config.json"]
             (folder / "jupyter_server_config.json").write_text(text)
@@ -148,8 +161,14 @@ def hub(
                 lambda: _allowed(admin_api, user, "bind", "clusterroles",
                                  "rbac.authorization.k8s.io", f"{PREFIX}-user"),
             )  # fmt: skip
+            wait_until(
+                "the hub may read the settings ConfigMap",
+                lambda: _allowed(admin_api, user, "get", "configmaps", "", f"{PREFIX}-config",
+                                 hub_ns),
+            )  # fmt: skip
             role = next(r for r in roles if r["metadata"]["name"] == f"{PREFIX}-onboarding")
-            yield Hub(hub_ns, user, token, settings, onboarding, role, folder)
+            yield Hub(hub_ns, user, token, settings, onboarding, role, config_role,
+                      config_map, folder)  # fmt: skip
         finally:
             for role in roles:
                 with contextlib.suppress(ApiException):
@@ -340,6 +359,62 @@ def test_unsafe_username_through_the_hook(hub: Hub, admin_api: k8s_client.ApiCli
         assert done.service_account_namespace == erin
         call_json(k8s_client.CoreV1Api(admin_api).read_namespaced_service_account,
                   spawner.service_account, erin)  # fmt: skip
+        # The pod there mounts the chart's settings from a copy beside it.
+        assert f"ConfigMap {erin}/{PREFIX}-config" in done.objects
+
+
+def test_pod_in_own_namespace_gets_the_settings(hub: Hub, admin_api: k8s_client.ApiClient) -> None:
+    """enable_user_namespaces: the user's pod cannot mount the chart's ConfigMap from the
+    hub's namespace, so onboarding copies it beside the pod, as raylab's; a second spawn
+    writes nothing, and a changed chart ConfigMap reaches the user at their next."""
+    core = k8s_client.CoreV1Api(admin_api)
+    name = f"{PREFIX}-config"
+    with hub.api(admin_api) as api:
+        done = onboard(api, "ivan", hub.settings, hub.onboarding)
+    assert done.service_account_namespace == done.namespace
+    assert f"ConfigMap {done.namespace}/{name}" in done.objects
+    copy_ = call_json(core.read_namespaced_config_map, name, done.namespace)
+    assert copy_["data"] == hub.config_map["data"]
+    assert copy_["metadata"]["labels"] == {
+        "app.kubernetes.io/managed-by": "raylab",
+        "raylab.io/owner": "ivan",
+        "app.kubernetes.io/component": "onboarding",
+    }
+    assert copy_["metadata"]["annotations"]["raylab.io/owner"] == "ivan"
+    with hub.api(admin_api) as api:
+        onboard(api, "ivan", hub.settings, hub.onboarding)
+    again = call_json(core.read_namespaced_config_map, name, done.namespace)
+    assert again["metadata"]["resourceVersion"] == copy_["metadata"]["resourceVersion"]
+
+    changed = copy.deepcopy(hub.config_map)
+    changed["data"]["jupyter_server_config.json"] += "\n"
+    call_json(core.replace_namespaced_config_map, name, hub.namespace, changed)
+    try:
+        with hub.api(admin_api) as api:
+            onboard(api, "ivan", hub.settings, hub.onboarding)
+        again = call_json(core.read_namespaced_config_map, name, done.namespace)
+        assert again["data"] == changed["data"]
+    finally:
+        call_json(core.replace_namespaced_config_map, name, hub.namespace, hub.config_map)
+
+
+def test_missing_settings_config_map_is_named(hub: Hub, admin_api: k8s_client.ApiClient) -> None:
+    """Without the chart's ConfigMap, a pod in the user's namespace would wait forever
+    for its mount: the spawn fails instead, naming the ConfigMap and what to do."""
+    core = k8s_client.CoreV1Api(admin_api)
+    name = f"{PREFIX}-config"
+    core.delete_namespaced_config_map(name, hub.namespace)
+    try:
+        with hub.api(admin_api) as api, pytest.raises(OnboardingRefused) as err:
+            onboard(api, "judy", hub.settings, hub.onboarding)
+    finally:
+        call_json(core.create_namespaced_config_map, hub.namespace, hub.config_map)
+    message = err.value.message
+    judy = TEMPLATE.format(username="judy")
+    assert f"could not read ConfigMap {hub.namespace}/{name}" in message, message
+    assert f"to copy into namespace {judy}" in message
+    assert "not found" in message
+    assert f"Install the raylab Helm chart in namespace {hub.namespace}" in message
 
 
 # ------------------------------------------------------------------- refusals, least RBAC
@@ -349,32 +424,58 @@ def _verbs_of(role: dict[str, Any]) -> list[tuple[int, str]]:
     return [(i, verb) for i, rule in enumerate(role["rules"]) for verb in rule["verbs"]]
 
 
+def _replace(rbac: k8s_client.RbacAuthorizationV1Api, role: dict[str, Any]) -> None:
+    name, namespace = role["metadata"]["name"], role["metadata"].get("namespace")
+    if namespace:
+        call_json(rbac.replace_namespaced_role, name, namespace, role)
+    else:
+        call_json(rbac.replace_cluster_role, name, role)
+
+
+def _check(admin_api: k8s_client.ApiClient, hub: Hub, role: dict[str, Any], index: int,
+           verb: str) -> tuple[Any, ...]:  # fmt: skip
+    """_allowed's arguments for `verb` of the rule `index` of `role`, where it grants."""
+    rule = role["rules"][index]
+    target = rule.get("resourceNames", [""])[0]
+    namespace = role["metadata"].get("namespace", "")
+    return (admin_api, hub.account, verb, rule["resources"][0], rule["apiGroups"][0], target,
+            namespace)  # fmt: skip
+
+
 def test_each_rule_is_needed(hub: Hub, admin_api: k8s_client.ApiClient) -> None:
-    """Without any one verb of the chart's ClusterRole, onboarding a new user fails,
-    naming the object it could not make and the rule; with all of them it works."""
+    """Without any one verb of the chart's ClusterRole and Role, onboarding a new user
+    whose pod runs in their own namespace (so every rule is used) fails, naming the
+    object it could not make or read and the rule; with all of them it works."""
     rbac = k8s_client.RbacAuthorizationV1Api(admin_api)
-    name = hub.role["metadata"]["name"]
     by_resource = {"namespaces": "Namespace", "serviceaccounts": "ServiceAccount",
-                   "resourcequotas": "ResourceQuota", "localqueues": "LocalQueue",
-                   "rolebindings": "RoleBinding", "clusterroles": "RoleBinding"}  # fmt: skip
-    steps = _verbs_of(hub.role)
-    assert len(steps) == 11  # create and patch on five resources, and bind
+                   "configmaps": "ConfigMap", "resourcequotas": "ResourceQuota",
+                   "localqueues": "LocalQueue", "rolebindings": "RoleBinding",
+                   "clusterroles": "RoleBinding"}  # fmt: skip
+    roles = (hub.role, hub.config_role)
+    steps = [(role, index, verb) for role in roles for index, verb in _verbs_of(role)]
+    # create and patch on six resources, bind, and get of the settings ConfigMap
+    assert len(steps) == 14
+    restore: tuple[dict[str, Any], tuple[Any, ...]] | None = None
     try:
-        for n, (index, verb) in enumerate(steps):
-            role = copy.deepcopy(hub.role)
+        for n, (original, index, verb) in enumerate(steps):
+            if restore is not None and restore[0] is not original:
+                # The other role whole again, before this one loses a verb.
+                _replace(rbac, restore[0])
+                wait_until("the hub's rights back", lambda c=restore[1]: _allowed(*c))
+            role = copy.deepcopy(original)
             rule = role["rules"][index]
             rule["verbs"] = [v for v in rule["verbs"] if v != verb]
             if not rule["verbs"]:
                 del role["rules"][index]
-            call_json(rbac.replace_cluster_role, name, role)
-            resource, group = rule["resources"][0], rule["apiGroups"][0]
-            target = rule.get("resourceNames", [""])[0]
-            check = (admin_api, hub.account, verb, resource, group, target)
+            _replace(rbac, role)
+            check = _check(admin_api, hub, original, index, verb)
+            resource = check[3]
             wait_until(f"the hub without {verb} {resource}",
                        lambda c=check: not _allowed(*c), timeout=30, interval=0.05)  # fmt: skip
+            restore = (original, check)
             user = f"least{n}"
             with hub.api(admin_api) as api, pytest.raises(OnboardingRefused) as err:
-                onboard(api, user, hub.settings, hub.onboarding, hub.namespace)
+                onboard(api, user, hub.settings, hub.onboarding)
             refused = err.value
             assert refused.kind == by_resource[resource], (verb, resource, refused.message)
             assert f"{refused.kind} " in refused.message
@@ -384,12 +485,13 @@ def test_each_rule_is_needed(hub: Hub, admin_api: k8s_client.ApiClient) -> None:
             else:
                 assert f'cannot {verb} resource "{resource}"' in refused.message, refused.message
     finally:
-        call_json(rbac.replace_cluster_role, name, hub.role)
-    wait_until("the hub's rights back",
-               lambda: _allowed(admin_api, hub.account, "bind", "clusterroles",
-                                "rbac.authorization.k8s.io", f"{PREFIX}-user"))  # fmt: skip
+        for role in roles:
+            _replace(rbac, role)
+    for role in roles:
+        back = _check(admin_api, hub, role, *_verbs_of(role)[-1])
+        wait_until("the hub's rights back", lambda c=back: _allowed(*c))
     with hub.api(admin_api) as api:
-        onboard(api, "least-done", hub.settings, hub.onboarding, hub.namespace)
+        onboard(api, "least-done", hub.settings, hub.onboarding)
 
 
 def test_admission_refusal_names_the_quota(hub: Hub, admin_api: k8s_client.ApiClient) -> None:
@@ -486,6 +588,20 @@ def test_plan_without_queue_or_username(hub: Hub) -> None:
     shared = Settings.from_config(namespace_template="ray-shared")
     with pytest.raises(RaylabError, match=r"has no \{username\}"):
         plan("gina", shared, onboarding)
+
+
+def test_plan_settings_copy_in_a_shared_namespace(hub: Hub) -> None:
+    """Pods of every user in one namespace that is not the chart's: one copy for all,
+    with raylab's labels but no owner (each user's spawn applies the same object)."""
+    shared = plan("gina", hub.settings, hub.onboarding, "notebooks", {"data": {"k": "v"}})
+    copied = next(m for m in shared.manifests if m["kind"] == "ConfigMap")
+    assert copied["metadata"]["namespace"] == "notebooks"
+    assert copied["metadata"]["labels"] == {
+        "app.kubernetes.io/managed-by": "raylab",
+        "app.kubernetes.io/component": "onboarding",
+    }
+    assert "annotations" not in copied["metadata"]
+    assert copied["data"] == {"k": "v"}
 
 
 # ---------------------------------------------------------------------------- helpers

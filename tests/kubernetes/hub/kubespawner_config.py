@@ -62,6 +62,19 @@ c.KubeSpawner.modify_pod_hook = image_entrypoint
 for code in d["extra_config"]:
     exec(code)
 
+# Some users spawn with KubeSpawner's enable_user_namespaces (a site would set it for
+# everyone): raylab's hook then puts their pod in their own Ray namespace.
+raylab_hook = c.KubeSpawner.pre_spawn_hook
+
+
+def user_namespaces_for_some(spawner):
+    if spawner.user.name in d["user_namespace_users"]:
+        spawner.enable_user_namespaces = True
+    return raylab_hook(spawner)
+
+
+c.KubeSpawner.pre_spawn_hook = user_namespaces_for_some
+
 # One service for the tests: it makes the users' API tokens and stops their servers.
 c.JupyterHub.services = [{"name": "tests", "api_token": d["api_token"]}]
 c.JupyterHub.load_roles = [

@@ -10,6 +10,9 @@ the chart's settings ConfigMap mounted. Then:
 
 1. a new user's first `up` (POST raylab/clusters through the proxy, with their token)
    makes a cluster in their own Ray namespace, which becomes Ready;
+   another new user, spawned with KubeSpawner's enable_user_namespaces, gets their pod in
+   that namespace, mounting onboarding's copy of the chart's settings ConfigMap, and
+   their first `up` works too;
 2. the admin's server (the overview bound by the chart's rbac.adminOverviewSubjects)
    lists it with `?all=1`;
 3. the chart's culler (its Deployment, on a process node) suspends it once idle (the
@@ -47,6 +50,7 @@ from .deployment import ADMIN_PASSWORD, USER_PASSWORD, Hub, running_hub
 RUN = uuid.uuid4().hex[:5]
 PREFIX = f"ks-{RUN}"  # the chart's fullnameOverride: its cluster-wide objects are this module's
 USER = "dana"  # never onboarded by hand
+NS_USER = "erin"  # spawned with enable_user_namespaces: their pod in their own namespace
 ADMIN = "admin"
 SETTINGS_DIR = "/tmp/raylab-config"  # a process-node pod's private /tmp: where it can mount
 TOKEN_SECONDS = 4 * 3600
@@ -57,6 +61,8 @@ HUB_ROLE_RULES = [
      "verbs": ["get", "watch", "list", "create", "delete"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "watch", "list"]},
 ]  # fmt: skip
+# With enable_user_namespaces, KubeSpawner needs those rules in every namespace (its
+# docs: "ClusterRoles analogous to its usual Roles"), watching pods across all of them.
 
 
 def readme_hub_values() -> dict[str, Any]:
@@ -214,8 +220,19 @@ def ks_hub(
             assert mounted.endswith("-config"), mounted
             gateway = POD_CIDR.split("/")[0].rsplit(".", 1)[0] + ".1"  # the bridge's address
             toleration = {"key": PROCESS_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}
+            # KubeSpawner with enable_user_namespaces: its hub Role as a ClusterRole.
+            call_json(
+                rbac.create_cluster_role,
+                {"metadata": {"name": f"{PREFIX}-hub"}, "rules": HUB_ROLE_RULES},
+            )
+            call_json(rbac.create_cluster_role_binding, {
+                "metadata": {"name": f"{PREFIX}-hub"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": f"{PREFIX}-hub"},
+                "subjects": [{"kind": "ServiceAccount", "name": "hub", "namespace": hub_ns}],
+            })  # fmt: skip
             hub = KubeSpawnerHub(
-                work / "hub", {}, {}, {}, "", [USER], ADMIN,
+                work / "hub", {}, {}, {}, "", [USER, NS_USER], ADMIN,
                 spawn={
                     "hub_connect_ip": gateway,
                     "namespace": hub_ns,
@@ -231,6 +248,7 @@ def ks_hub(
                     "volume_mounts": [{"name": "raylab-config", "mountPath": SETTINGS_DIR}],
                     "singleuser": str(Path(sys.executable).parent / "jupyterhub-singleuser"),
                     "extra_config": list(readme_hub_values()["hub"]["extraConfig"].values()),
+                    "user_namespace_users": [NS_USER],
                 },
                 hub_env={
                     "KUBECONFIG": str(_kubeconfig(control_plane, core, hub_ns, "hub",
@@ -242,6 +260,10 @@ def ks_hub(
                 yield Deployment(hub, hub_ns, helm, values)
         finally:
             helm.run("uninstall", "raylab", "-n", hub_ns, check=False)
+            with contextlib.suppress(ApiException):
+                rbac.delete_cluster_role_binding(f"{PREFIX}-hub")
+            with contextlib.suppress(ApiException):
+                rbac.delete_cluster_role(f"{PREFIX}-hub")
             # Onboarding never deletes: the test removes its users' namespaces.
             for ns in call_json(core.list_namespace)["items"]:
                 if ns["metadata"]["name"].startswith(f"{PREFIX}-"):
@@ -250,9 +272,9 @@ def ks_hub(
                                               propagation_policy="Background")  # fmt: skip
 
 
-def _first(hub: KubeSpawnerHub, token: str) -> dict[str, Any]:
+def _first(hub: KubeSpawnerHub, token: str, user: str = USER) -> dict[str, Any]:
     """The user's cluster `first`, as their server lists it."""
-    code, listing = hub.user_api(USER, token, "GET", "raylab/clusters")
+    code, listing = hub.user_api(user, token, "GET", "raylab/clusters")
     assert code == 200, listing
     cluster: dict[str, Any] = next(c for c in listing["clusters"] if c["name"] == "first")
     return cluster
@@ -314,7 +336,7 @@ def test_new_user_first_up_and_the_admin_overview(
 ) -> None:
     hub, hub_ns = ks_hub.hub, ks_hub.namespace
     core = k8s_client.CoreV1Api(admin_api)
-    for user in (USER, ADMIN):
+    for user in (USER, ADMIN, NS_USER):  # NS_USER's is checked by the next test
         hub.start_server(user)
     for user in (USER, ADMIN):
         hub.wait_ready(user)
@@ -342,6 +364,37 @@ def test_new_user_first_up_and_the_admin_overview(
     assert status == 200, listing
     seen = [(c["name"], c["namespace"], c["owner"]) for c in listing["clusters"]]
     assert ("first", user_ns, USER) in seen, seen
+
+
+def test_user_namespace_pod_mounts_the_copied_settings(
+    ks_hub: Deployment, admin_api: k8s_client.ApiClient
+) -> None:
+    """enable_user_namespaces: the pod runs in the user's own namespace, where it cannot
+    mount the chart's ConfigMap; it mounts onboarding's copy there (the same volume),
+    and its first `up` reads the chart's settings from it (the GPU type it asks for
+    exists only in them)."""
+    hub, hub_ns = ks_hub.hub, ks_hub.namespace
+    core = k8s_client.CoreV1Api(admin_api)
+    hub.wait_ready(NS_USER)
+    user_ns = f"{PREFIX}-{NS_USER}"
+    pod = call_json(core.read_namespaced_pod, f"jupyter-{NS_USER}", user_ns)
+    assert pod["spec"]["serviceAccountName"] == f"raylab-{NS_USER}"
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "raylab-config")
+    name = volume["configMap"]["name"]
+    chart = call_json(core.read_namespaced_config_map, name, hub_ns)
+    copied = call_json(core.read_namespaced_config_map, name, user_ns)
+    assert copied["data"] == chart["data"]
+    assert copied["metadata"]["labels"]["raylab.io/owner"] == NS_USER
+
+    token = hub.user_token(NS_USER)
+    body = {"name": "first", "gpu_type": PROCESS_GPU_TYPE, "workers": 0}
+    status, made = hub.user_api(NS_USER, token, "POST", "raylab/clusters", body)
+    assert status == 201, (status, made, hub.log_tail())
+    assert made["cluster"]["namespace"] == user_ns
+    # Made is enough: the first test watched one become Ready. Not left to run beside
+    # the tests that follow.
+    status, _ = hub.user_api(NS_USER, token, "DELETE", "raylab/clusters/first")
+    assert status == 204, status
 
 
 def test_the_charts_culler_suspends_it_when_idle(

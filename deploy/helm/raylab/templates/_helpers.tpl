@@ -132,11 +132,15 @@ peers) unless settings already says otherwise.
 
 {{/*
 c.RaylabOnboarding, read by raylab.onboarding.pre_spawn_hook in the hub: what each
-user gets at spawn (the ClusterRole bound, the quota, the ClusterQueue of the LocalQueues).
+user gets at spawn (the ClusterRole bound, the quota, the ClusterQueue of the LocalQueues,
+the settings ConfigMap a pod in the user's namespace gets a copy of).
 */}}
 {{- define "raylab.onboardingSettings" -}}
 {{- $o := .Values.onboarding -}}
 {{- $out := dict "service_account" $o.serviceAccount "cluster_role" (printf "%s-user" (include "raylab.fullname" .)) "resource_quota" $o.resourceQuota.enabled "namespace_labels" $o.namespaceLabels -}}
+{{- /* This ConfigMap, copied into a user's pod's namespace when not this one. */ -}}
+{{- $_ := set $out "config_map" (printf "%s-config" (include "raylab.fullname" .)) -}}
+{{- $_ := set $out "config_map_namespace" .Release.Namespace -}}
 {{- $hard := dict -}}
 {{- range $key, $value := $o.resourceQuota.hard -}}
 {{- $_ := set $hard $key (toString $value) -}}
