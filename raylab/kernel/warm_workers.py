@@ -11,6 +11,14 @@ each, of this job and with its runtime env, and keeps them idle afterwards (up t
 node's CPU count), ready for the user's tasks.
 Tasks that cannot be placed within `WAIT_S` (a cluster busy with other work) are
 cancelled: warming is a head start, never a queue in front of the user's own work.
+
+So its tasks go out only while nothing of the user's runs (`allow`): while `up` still
+waits for the cluster's workers, and between cells, as the user types. Measured on a
+claimed standby, warming beside a first task that came at once took the GPUs and half
+the cores from it (3.8 s to its result against 2.2 s without). A notebook run top to
+bottom, or a script, is never between cells: its first tasks start their workers
+themselves, as Ray's would. (Tasks already out when a cell begins are left to finish:
+they went out seconds before, while `up` waited, and are nearly done.)
 """
 
 from __future__ import annotations
@@ -44,6 +52,15 @@ log = logging.getLogger("raylab")
 
 _lock = threading.Lock()
 _running: tuple[threading.Thread, threading.Event] | None = None
+_allowed = threading.Event()  # nothing of the user's runs now (see the module's text)
+
+
+def allow(allowed: bool) -> None:
+    """Let warming go out (nothing of the user's runs), or hold it back (a cell began)."""
+    if allowed:
+        _allowed.set()
+    else:
+        _allowed.clear()
 
 
 def start(workers: int, limit: int) -> threading.Thread:
@@ -116,7 +133,10 @@ def _warm(workers: int, limit: int, done: threading.Event) -> None:
         while True:
             nodes = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
             new = [n for n in nodes if n["NodeID"] not in planned]
-            for node, (gpus, cpus) in plan(new, driver_node, limit).items():
+            wanted = plan(new, driver_node, limit)
+            if wanted and not _until_allowed(done, deadline):
+                break
+            for node, (gpus, cpus) in wanted.items():
                 pinned = NodeAffinitySchedulingStrategy(node, soft=False)
                 on_cpu = warm.options(name=TASK_NAME, scheduling_strategy=pinned, num_cpus=1)
                 refs += [on_cpu.remote() for _ in range(cpus)]
@@ -140,3 +160,11 @@ def _warm(workers: int, limit: int, done: threading.Event) -> None:
                 ray.cancel(ref)
     except Exception as exc:  # the cluster went away meanwhile: warming is best effort
         log.debug("warming workers stopped: %s", exc)
+
+
+def _until_allowed(done: threading.Event, deadline: float) -> bool:
+    """Wait until warming may go out; False when the connection ended or time ran out."""
+    while not done.is_set() and time.monotonic() < deadline:
+        if _allowed.wait(POLL_S):
+            return True
+    return False

@@ -9,6 +9,8 @@ zero: on this machine a standby would otherwise be off, which one test checks to
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -21,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
 
 from raylab.backends.local.backend import STATE_FILE, LocalBackend
 from raylab.config import Settings
@@ -29,6 +33,7 @@ from raylab.identity import current_user
 from raylab.model import ClusterInfo, Phase
 from raylab.server.standby_keeper import StandbyKeeper
 from raylab.service import ClusterService
+from tests.local.test_magics import run
 
 USER = current_user()  # the CLI's and the server's user too
 HEAD_ALONE = {"workers": 0, "cpus": "1"}  # the cpu GPU type's cheapest cluster
@@ -128,6 +133,56 @@ def test_up_claims_the_standby_and_the_keeper_makes_the_next(backend: LocalBacke
     # Deleted unclaimed: the keeper makes no other (nor could the quota hold one).
     assert keeper.tick() == []
     assert standbys(backend) == []
+
+
+def job_workers(cluster: str) -> set[int]:
+    """Worker processes of a kernel's job on this cluster, from their start: Ray starts
+    them through its setup_worker.py, which then runs the worker in the folder it shipped
+    (runtime_resources/working_dir_files); a node's workers for no job have neither."""
+    import psutil
+
+    from raylab.backends.local.processes import CLUSTER_ENV
+
+    found = set()
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            args = proc.info["cmdline"] or [""]
+            setup = len(args) > 1 and args[1].endswith("setup_worker.py")  # python setup_worker.py
+            worker = args[0].startswith("ray::") and "working_dir_files" in proc.cwd()
+            if (setup or worker) and proc.environ().get(CLUSTER_ENV) == cluster:
+                found.add(proc.pid)
+    return found
+
+
+def test_the_kernel_warms_workers_between_cells_not_in_front_of_its_first_task(
+    backend: LocalBackend, shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """Claimed, the cluster is Ready at once and the cell's next line may be the first
+    task: warming then would take its GPU and cores. It waits for the cell to end."""
+    StandbyKeeper(service_for(backend, settings_with({"a100": ONE_GPU}))).tick()
+    standby = ready_standby(backend)
+    monkeypatch.chdir(tmp_path)  # ship an empty folder
+    # Earlier cells import nothing installed: no drift check's task starts a worker.
+    monkeypatch.setitem(shell.user_ns, "In", [""])
+    shell.user_ns["job_workers"] = job_workers
+    cell = (
+        "%raycluster up --gpus 1 --workers 1 --cpus 1\n"
+        "import time\n"
+        "time.sleep(3.0)  # were warming allowed, its worker would be starting by now\n"
+        f"workers_during_the_cell = job_workers({standby.name!r})\n"
+    )
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            shell.run_cell(cell).raise_error()
+        assert f"Claimed the standby cluster {standby.name} (Ready)." in out.getvalue(), out
+        assert shell.user_ns["workers_during_the_cell"] == set()
+        # The cell ended: the user types the next one, and the job's workers start.
+        wait_for(lambda: job_workers(standby.name), 90.0, "a warm worker after the cell")
+    finally:
+        with contextlib.suppress(UsageError):
+            run(shell, f"down {standby.name}")
 
 
 def test_two_racing_ups_one_claims_the_other_starts_cold(backend: LocalBackend) -> None:
