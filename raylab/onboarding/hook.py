@@ -54,13 +54,9 @@ class SpawnOnboarding:
         """The hub's own namespace, where the chart's ConfigMap is unless
         c.RaylabOnboarding.config_map_namespace says: its pod's, else its kubeconfig
         context's, else kubectl's default."""
-        from ..backends.kuberay.config import SA_DIR
+        from ..backends.kuberay.config import own_namespace
 
-        try:
-            own = (SA_DIR / "namespace").read_text().strip()
-        except OSError:
-            own = ""
-        return own or self._context_namespace or "default"
+        return own_namespace(self._context_namespace)
 
     async def __call__(self, spawner: Any) -> Onboarded:
         settings, onboarding = load(getattr(spawner, "config", None))

@@ -62,7 +62,7 @@ def plan(
     owner = owner_label(username)
     namespace = resolve_namespace(settings, username, None)
     account = _format(onboarding.service_account, owner, "service_account")
-    account_ns = account_namespace or namespace
+    account_ns = pod_namespace(username, settings, account_namespace)
     labels = {MANAGED_BY_LABEL: MANAGED_BY, OWNER_LABEL: owner, COMPONENT_LABEL: COMPONENT}
 
     def meta(name: str, ns: str | None = None, extra: dict[str, str] | None = None) -> Any:

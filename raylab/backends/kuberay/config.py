@@ -80,6 +80,11 @@ def resolve_namespace(settings: Settings, user: str | None, context_namespace: s
                 f"namespace_template {template!r} is not valid ({exc!r})",
                 detail="the only placeholder is {username}, e.g. 'ray-{username}'",
             ) from exc
+    return own_namespace(context_namespace)
+
+
+def own_namespace(context_namespace: str | None) -> str:
+    """This pod's namespace, else the kubeconfig context's, else kubectl's default."""
     try:
         own = (SA_DIR / "namespace").read_text().strip()
     except OSError:
