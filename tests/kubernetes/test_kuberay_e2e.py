@@ -234,15 +234,24 @@ shell = InteractiveShell.instance()
 shell.run_line_magic("load_ext", "raylab")
 shell.run_line_magic("raycluster", "connect NAME --backend kuberay")
 from raylab.kernel import connect
+import os, pathlib, socket
+meet = pathlib.Path(os.environ["SHARED_STORAGE"], "meet-" + socket.gethostname())
+meet.mkdir()
 @ray.remote(num_gpus=1)
-def where():
+def where(i):
+    # Each holds its GPU until the other runs: one GPU per worker pod, so the two run on
+    # both workers (instant tasks could all reuse the first worker's lease).
+    (meet / str(i)).touch()
+    deadline = time.time() + 120
+    while len(list(meet.iterdir())) < 2 and time.time() < deadline:
+        time.sleep(0.1)
     return ray.util.get_node_ip_address()
 @ray.remote(num_gpus=1)
 def size(block):
     return len(block)
 seen = {"address": connect.connected_address(), "mode": connect.connected_mode(),
         "why": connect.why_client(), "gpus": ray.cluster_resources().get("GPU"),
-        "ips": sorted(set(ray.get([where.remote() for _ in range(4)])))}
+        "ips": sorted(set(ray.get([where.remote(i) for i in range(2)])))}
 if seen["mode"] == "driver":
     mine = [n for n in ray.nodes() if n["Alive"]
             and n["NodeManagerAddress"] == ray.util.get_node_ip_address()]
@@ -253,7 +262,6 @@ if seen["mode"] == "driver":
     seen["put_read_by_worker"] = ray.get(size.remote(ray.put(b"x" * 30_000_000)))
     # Tune and Train drive from the kernel too; their results go to shared storage (a
     # folder every pod sees here, as a cluster's NFS or bucket would be).
-    import os, pathlib
     from ray import train, tune
     from ray.train import Checkpoint, RunConfig, ScalingConfig
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
