@@ -99,7 +99,7 @@ class KubeRayLedger:
     def load(self, owner: str | None, clusters: Mapping[str, str]) -> list[Interval]:
         from kubernetes.client.exceptions import ApiException
 
-        from ..backends.kuberay.errors import ALL_NAMESPACES, api_errors
+        from ..backends.kuberay.errors import ALL_NAMESPACES, api_errors, translate
 
         if owner is not None:
             try:
@@ -107,7 +107,10 @@ class KubeRayLedger:
             except ApiException as exc:
                 if exc.status == 404:
                     return []
-                raise
+                # Not allowed to read it (the Role without configmaps), or another
+                # refusal: one message naming it, as every other call's.
+                call = self.backend._call("get", "configmaps", self._name(owner))
+                raise (translate(exc, call) or exc) from exc
             stored = _parse(((body or {}).get("data") or {}).get(DATA_KEY, ""))
             return owned(owner_label(owner), stored, clusters)
         # Everyone's ledgers (an admin's --all): in each namespace the backend lists

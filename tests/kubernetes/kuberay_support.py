@@ -60,24 +60,45 @@ def grant(
 
     probe = role["rules"][0]  # one right the Role grants, to know when the binding applies
 
-    def allowed() -> bool:
-        review = {
-            "spec": {
-                "user": user,
-                "resourceAttributes": {
-                    "namespace": namespace,
-                    "verb": probe["verbs"][0],
-                    "group": probe["apiGroups"][0],
-                    "resource": probe["resources"][0],
-                },
-            }
-        }
-        body = call_json(
-            k8s_client.AuthorizationV1Api(admin_api).create_subject_access_review, review
-        )
-        return bool(body["status"].get("allowed"))
+    wait_until(f"{user} may use {probe['resources'][0]} in {namespace}",
+               lambda: user_allowed(admin_api, namespace, user, probe, probe["verbs"][0]),
+               timeout=30)  # fmt: skip
 
-    wait_until(f"{user} may use {probe['resources'][0]} in {namespace}", allowed, timeout=30)
+
+def user_allowed(admin_api: k8s_client.ApiClient, namespace: str, user: str,
+                 rule: dict[str, Any], verb: str) -> bool:  # fmt: skip
+    """Whether the API server lets `user` do `verb` on `rule`'s first resource."""
+    resource, _, sub = rule["resources"][0].partition("/")
+    attributes = {"namespace": namespace, "verb": verb, "group": rule["apiGroups"][0],
+                  "resource": resource, "subresource": sub}  # fmt: skip
+    review = {"spec": {"user": user, "resourceAttributes": attributes}}
+    body = call_json(k8s_client.AuthorizationV1Api(admin_api).create_subject_access_review, review)
+    return bool(body["status"].get("allowed"))
+
+
+@contextlib.contextmanager
+def without_rule(admin_api: k8s_client.ApiClient, namespace: str, user: str,
+                 rule: dict[str, Any]) -> Iterator[None]:  # fmt: skip
+    """`user` bound to the Role without `rule` (a RoleBinding's role cannot change: it is
+    made again), until the API server refuses each of the rule's verbs; then the whole
+    Role again."""
+    rbac = k8s_client.RbacAuthorizationV1Api(admin_api)
+    binding = f"raylab-{user}"
+    call_json(rbac.delete_namespaced_role_binding, binding, namespace)
+    grant(admin_api, namespace, user, without=rule["resources"][0])
+    for verb in rule["verbs"]:
+        wait_until(f"{user} refused {verb} {rule['resources'][0]}",
+                   lambda v=verb: not user_allowed(admin_api, namespace, user, rule, v),
+                   timeout=30, interval=0.05)  # fmt: skip
+    try:
+        yield
+    finally:
+        call_json(rbac.delete_namespaced_role_binding, binding, namespace)
+        grant(admin_api, namespace, user)
+        for verb in rule["verbs"]:
+            wait_until(f"{user} allowed {verb} {rule['resources'][0]} again",
+                       lambda v=verb: user_allowed(admin_api, namespace, user, rule, v),
+                       timeout=30, interval=0.05)  # fmt: skip
 
 
 @contextlib.contextmanager

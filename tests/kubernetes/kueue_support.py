@@ -314,8 +314,9 @@ def delete_documented(api: k8s_client.ApiClient, timeout: float = 90.0) -> None:
             wait_until(f"{kind} {name} gone", partial(_gone, custom, plural, name), timeout, 0.5)
 
 
-def bind_queue_viewer(api: k8s_client.ApiClient, users: list[str]) -> None:
-    """The documented raylab-queue-viewer ClusterRole, bound to `users`."""
+def bind_queue_viewer(api: k8s_client.ApiClient, users: list[str], replace: bool = False) -> None:
+    """The documented raylab-queue-viewer ClusterRole, bound to `users` (with `replace`,
+    to them alone, where it was bound before)."""
     rbac = k8s_client.RbacAuthorizationV1Api(api)
     for doc in documented_objects():
         if doc["kind"] == "ClusterRoleBinding":
@@ -333,6 +334,22 @@ def bind_queue_viewer(api: k8s_client.ApiClient, users: list[str]) -> None:
             except ApiException as exc:
                 if exc.status != HTTPStatus.CONFLICT:
                     raise
+                if replace and doc["kind"] == "ClusterRoleBinding":
+                    patch = {"subjects": doc["subjects"]}
+                    call_json(rbac.patch_cluster_role_binding, doc["metadata"]["name"], patch)
+
+
+def unbind_queue_viewer(api: k8s_client.ApiClient) -> None:
+    """Remove what bind_queue_viewer made (a module after this one may install the chart,
+    whose own ClusterRole has the same name where its fullname is raylab)."""
+    rbac = k8s_client.RbacAuthorizationV1Api(api)
+    for doc in documented_objects():
+        deletes = {"ClusterRole": rbac.delete_cluster_role,
+                   "ClusterRoleBinding": rbac.delete_cluster_role_binding}  # fmt: skip
+        delete = deletes.get(doc["kind"])
+        if delete is not None:
+            with contextlib.suppress(ApiException):
+                call_json(delete, doc["metadata"]["name"])
 
 
 def _gone(custom: k8s_client.CustomObjectsApi, plural: str, name: str) -> bool:

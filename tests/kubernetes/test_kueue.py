@@ -28,7 +28,7 @@ from raylab.backends.kuberay.manifest import raycluster_manifest
 from raylab.culler.ledger import Meter
 from raylab.culler.ledger_store import LocalLedger
 from raylab.culler.sweep import Culler
-from raylab.errors import BackendUnavailable, SpecError, WaitTimeout
+from raylab.errors import BackendUnavailable, Forbidden, SpecError, WaitTimeout
 from raylab.model import ClusterInfo, IdleState, Phase
 from raylab.profiles import Profiles
 from raylab.service import ClusterService
@@ -38,10 +38,13 @@ from .kuberay_support import (
     RAY,
     ROOT,
     Recorder,
+    documented_rbac,
     grant,
     new_namespace,
     settings,
+    user_allowed,
     user_kubeconfig,
+    without_rule,
 )
 from .kueue_support import (  # noqa: F401  (kueue: a fixture)
     CLUSTER_QUEUE,
@@ -51,6 +54,7 @@ from .kueue_support import (  # noqa: F401  (kueue: a fixture)
     condition,
     delete_documented,
     kueue,
+    unbind_queue_viewer,
     workload_for,
 )
 from .server_process import NO_QUOTAS, raylab_server
@@ -124,6 +128,7 @@ def team(
             for ns in (ns_a, ns_b, ns_c):
                 custom.delete_collection_namespaced_custom_object(*RAY, ns, "rayclusters")
     delete_documented(admin_api)
+    unbind_queue_viewer(admin_api)
 
 
 def saw(watch: Recorder, name: str, phase: Phase, text: str = "", timeout: float = 60) -> None:
@@ -354,6 +359,47 @@ def test_up_waits_through_the_queue_and_gives_up_saying_where_it_stands(team: Te
     alice.delete("hog")
     until(bob, "late", lambda i: i.phase == Phase.READY, "Ready once admitted", 90)
     bob.delete("late")
+
+
+def test_without_each_kueue_rule_its_step_fails_naming_it(
+    team: Team, admin_api: k8s_client.ApiClient
+) -> None:
+    """The Role's Kueue rules are each needed (its other rules: test_rbac_rules.py):
+    without `localqueues`, an `up` through the queue is refused naming it, and makes
+    nothing; without `workloads`, the status of a queued cluster is. The third,
+    `localqueues/pendingworkloads`, stays for the place in the queue of a user the admin
+    did not bind to the queue viewer (docs/kueue.md): without both, status says Queued
+    without a place, so no step fails."""
+    alice, ns = team.alice, team.namespaces["alice"]
+    rules = {r["resources"][0]: r for r in documented_rbac()["Role"]["rules"]}
+    alice.create({"name": "rules", "gpus": 1, "workers": 1, **SMALL})
+    # The queue viewer's ClusterRole lists workloads everywhere: alice leaves it for now.
+    bind_queue_viewer(admin_api, ["bob"], replace=True)
+    try:
+        with (
+            without_rule(admin_api, ns, "alice", rules["localqueues"]),
+            pytest.raises(Forbidden) as err,
+        ):
+            alice.create({"name": "rules-lq", "gpus": 1, "workers": 1, **SMALL})
+        assert str(err.value) == (
+            f"Kubernetes does not allow you to get localqueues.kueue.x-k8s.io in namespace {ns!r}"
+        )
+        assert [c.name for c in alice.list()] == ["rules"]
+        with (
+            without_rule(admin_api, ns, "alice", rules["workloads"]),
+            pytest.raises(Forbidden) as err,
+        ):
+            alice.get("rules")
+        assert str(err.value) == (
+            f"Kubernetes does not allow you to list workloads.kueue.x-k8s.io in namespace {ns!r}"
+        )
+        assert alice.get("rules").queue is not None  # the rule back, the queue shows again
+    finally:
+        bind_queue_viewer(admin_api, ["alice", "bob"], replace=True)
+        viewer = {"apiGroups": ["kueue.x-k8s.io"], "resources": ["clusterqueues"]}
+        wait_until("alice a queue viewer again",
+                   lambda: user_allowed(admin_api, "", "alice", viewer, "list"))  # fmt: skip
+        alice.delete("rules")
 
 
 def test_the_culler_suspends_a_running_queued_cluster_through_kueue(
