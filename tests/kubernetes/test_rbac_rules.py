@@ -75,6 +75,10 @@ def test_every_rule_has_its_step() -> None:
     assert sorted(rules) == sorted([*STEPS, *OPTIONAL, *KUEUE_RULES])
 
 
+def role_rule(resource: str) -> dict[str, Any]:
+    return next(r for r in documented_rbac()["Role"]["rules"] if r["resources"] == [resource])
+
+
 @pytest.fixture(scope="module")
 def cluster(admin_api: k8s_client.ApiClient, alice_api: k8s_client.ApiClient) -> Iterator[
     tuple[str, ClusterService, KubeRayBackend]
@@ -95,7 +99,7 @@ def test_without_the_rule_its_step_fails_naming_it(
     admin_api: k8s_client.ApiClient,
 ) -> None:
     ns, service, backend = cluster
-    rule = next(r for r in documented_rbac()["Role"]["rules"] if r["resources"] == [resource])
+    rule = role_rule(resource)
     step, run, verb = STEPS[resource]
     group = rule["apiGroups"][0]
     shown = f"{resource}.{group}" if group else resource
@@ -120,8 +124,7 @@ def test_an_optional_rule_only_shows_less(
     admin_api: k8s_client.ApiClient,
 ) -> None:
     ns, service, backend = cluster
-    rule = next(r for r in documented_rbac()["Role"]["rules"] if r["resources"] == [resource])
-    _, run = OPTIONAL[resource]
+    rule = role_rule(resource)
     with without_rule(admin_api, ns, "alice", rule):
-        info = run(service, backend)
-    assert getattr(info, "name", None) == NAME
+        info = OPTIONAL[resource][1](service, backend)
+    assert getattr(info, "name", None) == NAME  # the cluster, shown
