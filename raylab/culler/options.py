@@ -28,5 +28,10 @@ def add_culler_arguments(parser: argparse.ArgumentParser) -> None:
         help="KubeRay: a namespace to cull (repeat for several; default: the configured one)",
     )  # fmt: skip
     parser.add_argument(
+        "-A", "--all-namespaces", dest="all_namespaces", action="store_true",
+        help="KubeRay: cull every namespace, those made later too (one watch; each "
+        "cluster's token, GPU-hours and idle state stay in its own namespace)",
+    )  # fmt: skip
+    parser.add_argument(
         "--once", action="store_true", help="one sweep, then exit (a CronJob, a test)"
     )

@@ -21,7 +21,10 @@ from ..backends.base import Backend
 from ..config import Settings
 from ..errors import BackendUnavailable
 from .mirror import ClusterMirror
+from .per_namespace import CullerPerNamespace
 from .sweep import Culler, SweepReport
+
+Sweeper = Culler | CullerPerNamespace
 
 SYNC_TIMEOUT_S = 120.0
 
@@ -29,15 +32,37 @@ SYNC_TIMEOUT_S = 120.0
 def _backends(args: argparse.Namespace, settings: Settings) -> list[Backend]:
     name = getattr(args, "backend", None) or settings.backend
     namespaces = args.namespaces or []
-    if name != "kuberay" or not namespaces:
-        if namespaces:
-            raise BackendUnavailable("--namespace is for the KubeRay backend")
+    every = bool(getattr(args, "all_namespaces", False))
+    if name != "kuberay" and (namespaces or every):
+        raise BackendUnavailable("--namespace and --all-namespaces are for the KubeRay backend")
+    if every and namespaces:
+        raise BackendUnavailable(
+            "--all-namespaces culls every namespace: leave out --namespace, or it"
+        )
+    if name != "kuberay" or not (namespaces or every):
         return [make_backend(name, settings)]
     from ..backends.kuberay.backend import KubeRayBackend
-    from ..backends.kuberay.config import load_api_client
+    from ..backends.kuberay.config import load_api_client, own_namespace
+    from ..backends.kuberay.errors import ALL_NAMESPACES
 
-    api, _ = load_api_client()
+    api, context_namespace = load_api_client()
+    if every:
+        # One watch of everything; its own namespace (never a user's) is only nominal.
+        return [KubeRayBackend(settings, api_client=api, namespace=own_namespace(context_namespace),
+                               watch_namespaces=[ALL_NAMESPACES])]  # fmt: skip
     return [KubeRayBackend(settings, api_client=api, namespace=ns) for ns in namespaces]
+
+
+def _culler(args: argparse.Namespace, backend: Backend, settings: Settings) -> Sweeper:
+    if not getattr(args, "all_namespaces", False):
+        return Culler(backend, settings)
+    from ..backends.kuberay.backend import KubeRayBackend
+
+    assert isinstance(backend, KubeRayBackend)  # as _backends made it
+    api = backend.api
+    return CullerPerNamespace(
+        lambda ns: Culler(KubeRayBackend(settings, api_client=api, namespace=ns), settings)
+    )
 
 
 def describe(report: SweepReport) -> str:
@@ -59,7 +84,7 @@ def run_culler(args: argparse.Namespace, settings: Settings, say: Callable[[str]
     interval = args.interval or settings.options.cull_interval_seconds
     backends = _backends(args, settings)
     mirrors = [ClusterMirror(b) for b in backends]
-    cullers = [Culler(b, settings) for b in backends]
+    cullers = [_culler(args, b, settings) for b in backends]
     metrics.set_cluster_source(
         "culler",
         lambda: [
@@ -89,6 +114,8 @@ def run_culler(args: argparse.Namespace, settings: Settings, say: Callable[[str]
                         detail="check the culler's credentials (docs/culler.md)",
                     )
         where = ", ".join(getattr(b, "namespace", None) or b.name for b in backends)
+        if getattr(args, "all_namespaces", False):
+            where = "every namespace"
         say(f"raylab culler: watching {where}; a sweep every {interval:g} s")
         while not stop.is_set():
             for mirror, culler in zip(mirrors, cullers, strict=True):

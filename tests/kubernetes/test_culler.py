@@ -72,7 +72,7 @@ def real_dashboard() -> Iterator[str]:
 class CullerProcess:
     """`raylab culler` in a process of its own, with its own credentials and config."""
 
-    def __init__(self, work: Path, kubeconfig: Path, namespace: str, config: dict[str, Any]):
+    def __init__(self, work: Path, kubeconfig: Path, scope: list[str], config: dict[str, Any]):
         work.mkdir(parents=True, exist_ok=True)
         (work / "config").mkdir(exist_ok=True)
         lines = [f"c.Raylab.{k} = {v!r}" for k, v in config.items()]
@@ -87,8 +87,7 @@ class CullerProcess:
         self.log_path = work / "culler.log"
         self.log = open(self.log_path, "wb")  # noqa: SIM115 (closed in stop)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "raylab.cli", "culler", "--interval", "0.5",
-             "--namespace", namespace],
+            [sys.executable, "-m", "raylab.cli", "culler", "--interval", "0.5", *scope],
             env=env, stdout=self.log, stderr=subprocess.STDOUT,
         )  # fmt: skip
 
@@ -110,9 +109,11 @@ class CullerProcess:
 
 
 @contextlib.contextmanager
-def cullers(count: int, tmp_path: Path, kubeconfig: Path, namespace: str,
+def cullers(count: int, tmp_path: Path, kubeconfig: Path, namespace: str | None,
             config: dict[str, Any]) -> Iterator[list[CullerProcess]]:  # fmt: skip
-    procs = [CullerProcess(tmp_path / f"culler{i}", kubeconfig, namespace, config)
+    """`count` cullers of `namespace`, or (None) of every namespace."""
+    scope = ["--namespace", namespace] if namespace else ["--all-namespaces"]
+    procs = [CullerProcess(tmp_path / f"culler{i}", kubeconfig, scope, config)
              for i in range(count)]  # fmt: skip
     try:
         yield procs
@@ -245,6 +246,48 @@ def test_two_cullers_suspend_an_idle_cluster_once_and_keep_why(
     assert resumed.idle == IdleState()
     assert idle_of(admin_api, namespace, "idle-gpu") == IdleState()
     alice.delete("idle-gpu")
+
+
+def test_one_culler_of_every_namespace_keeps_each_clusters_things_in_its_own(
+    control_plane: ControlPlane,
+    admin_api: k8s_client.ApiClient,
+    alice_api: k8s_client.ApiClient,
+    alice: ClusterService,
+    namespace: str,
+    real_dashboard: str,
+    tmp_path: Path,
+) -> None:
+    """`raylab culler --all-namespaces`, as the chart runs it by default: an idle cluster
+    in a namespace made after it started (as onboarding makes each user's) is suspended
+    as one in a namespace that was there, and each cluster's GPU-hours go to its owner's
+    ledger in the cluster's own namespace, where `%raycluster usage` reads them."""
+    first = ready(alice, "every-a")
+    config = {
+        "idle_suspend_minutes": {"a100": 0.05},  # 3 s
+        "idle_warning_minutes": 0.02,
+        "usage_flush_seconds": 1.0,
+        "culler_dashboard_url": real_dashboard,
+    }
+    kubeconfig = control_plane.kubeconfig("admin")
+    with cullers(1, tmp_path, kubeconfig, None, config) as procs:
+        more_sweeps(procs, 1)
+        with new_namespace(admin_api, "rl-cull-late") as late:
+            grant(admin_api, late, OWNER)
+            s = settings()
+            other = ClusterService(KubeRayBackend(s, api_client=alice_api, namespace=late),
+                                   s, OWNER)  # fmt: skip
+            second = ready(other, "every-b")
+            for service, name in ((alice, "every-a"), (other, "every-b")):
+                wait_info(service.backend, name, lambda i: i.phase == Phase.SUSPENDED,
+                          "Suspended", 120)  # fmt: skip
+            more_sweeps(procs, 3)  # its GPU-hours flushed (every 1 s)
+            assert [r for r in ledger(admin_api, late) if r["uid"] == second.uid]
+            other.delete("every-b")
+        assert "watching every namespace" in procs[0].text()
+    mine = {r["uid"] for r in ledger(admin_api, namespace)}
+    assert first.uid in mine
+    assert second.uid not in mine  # not in the first namespace's ledger
+    alice.delete("every-a")
 
 
 def test_conditional_updates_let_one_writer_win(
