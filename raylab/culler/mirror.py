@@ -21,7 +21,9 @@ log = logging.getLogger("raylab.culler")
 class ClusterMirror:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
-        self._clusters: dict[str, ClusterInfo] = {}
+        # By namespace and name: a culler of every namespace sees clusters of one name in
+        # several (each user's "first").
+        self._clusters: dict[tuple[str, str], ClusterInfo] = {}
         self._lock = threading.Lock()
         self.synced = threading.Event()
         self.error: str | None = None
@@ -37,7 +39,7 @@ class ClusterMirror:
 
     def clusters(self) -> list[ClusterInfo]:
         with self._lock:
-            return sorted(self._clusters.values(), key=lambda c: c.name)
+            return sorted(self._clusters.values(), key=lambda c: (c.name, c.namespace or ""))
 
     def _health(self, error: str | None) -> None:
         self.error = error
@@ -46,7 +48,7 @@ class ClusterMirror:
         delay = 0.5
         while not self._stop.is_set():
             try:
-                listed = {c.name: c for c in self.backend.clusters()}
+                listed = {_key(c): c for c in self.backend.clusters()}
                 with self._lock:
                     self._clusters = listed
                 self.error = None
@@ -56,9 +58,9 @@ class ClusterMirror:
                     metrics.WATCH_EVENTS.labels(event.type).inc()
                     with self._lock:
                         if event.type == "DELETED":
-                            self._clusters.pop(event.cluster.name, None)
+                            self._clusters.pop(_key(event.cluster), None)
                         else:
-                            self._clusters[event.cluster.name] = event.cluster
+                            self._clusters[_key(event.cluster)] = event.cluster
             except RaylabError as exc:
                 self.error = exc.message
                 metrics.API_ERRORS.labels("watch", str(exc.status)).inc()
@@ -68,3 +70,7 @@ class ClusterMirror:
                 log.exception("raylab culler: the cluster watch failed")
             self._stop.wait(delay)
             delay = min(delay * 2, 10.0)
+
+
+def _key(info: ClusterInfo) -> tuple[str, str]:
+    return (info.namespace or "", info.name)

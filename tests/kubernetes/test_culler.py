@@ -260,8 +260,9 @@ def test_one_culler_of_every_namespace_keeps_each_clusters_things_in_its_own(
     """`raylab culler --all-namespaces`, as the chart runs it by default: an idle cluster
     in a namespace made after it started (as onboarding makes each user's) is suspended
     as one in a namespace that was there, and each cluster's GPU-hours go to its owner's
-    ledger in the cluster's own namespace, where `%raycluster usage` reads them."""
-    first = ready(alice, "every-a")
+    ledger in the cluster's own namespace, where `%raycluster usage` reads them. Both
+    clusters have one name, as each user's first cluster may."""
+    first = ready(alice, "every")
     config = {
         "idle_suspend_minutes": {"a100": 0.05},  # 3 s
         "idle_warning_minutes": 0.02,
@@ -276,18 +277,18 @@ def test_one_culler_of_every_namespace_keeps_each_clusters_things_in_its_own(
             s = settings()
             other = ClusterService(KubeRayBackend(s, api_client=alice_api, namespace=late),
                                    s, OWNER)  # fmt: skip
-            second = ready(other, "every-b")
-            for service, name in ((alice, "every-a"), (other, "every-b")):
-                wait_info(service.backend, name, lambda i: i.phase == Phase.SUSPENDED,
+            second = ready(other, "every")
+            for service in (alice, other):
+                wait_info(service.backend, "every", lambda i: i.phase == Phase.SUSPENDED,
                           "Suspended", 120)  # fmt: skip
             more_sweeps(procs, 3)  # its GPU-hours flushed (every 1 s)
             assert [r for r in ledger(admin_api, late) if r["uid"] == second.uid]
-            other.delete("every-b")
+            other.delete("every")
         assert "watching every namespace" in procs[0].text()
     mine = {r["uid"] for r in ledger(admin_api, namespace)}
     assert first.uid in mine
     assert second.uid not in mine  # not in the first namespace's ledger
-    alice.delete("every-a")
+    alice.delete("every")
 
 
 def test_conditional_updates_let_one_writer_win(

@@ -15,7 +15,8 @@ the chart's settings ConfigMap mounted. Then:
    their first `up` works too;
 2. the admin's server (the overview bound by the chart's rbac.adminOverviewSubjects)
    lists it with `?all=1`;
-3. the chart's culler (its Deployment, on a process node) suspends it once idle (the
+3. the chart's culler (its Deployment, on a process node, following every namespace as
+   the chart's default does) suspends it once idle (the
    servers' own culling is off, so nothing else could);
 4. `helm upgrade` with one value changed keeps every object, the chart's and the user's;
 5. `helm uninstall` removes the chart's objects and nothing else.
@@ -161,7 +162,8 @@ def _chart_values(hub_ns: str) -> dict[str, Any]:
             {"kind": "ServiceAccount", "name": f"raylab-{ADMIN}", "namespace": hub_ns}]},
         "onboarding": {"enabled": True},
         "culler": {
-            "namespaces": [f"{PREFIX}-{USER}"],  # made later, by onboarding
+            # No namespaces: the chart's default, every namespace (each user's is made
+            # later, by onboarding).
             "interval": 2,
             "configDir": SETTINGS_DIR,
             # On a process node: its container runs this machine's `raylab`.
@@ -406,12 +408,19 @@ def test_the_charts_culler_suspends_it_when_idle(
     pods = call_json(core.list_namespaced_pod, ks_hub.namespace, label_selector=selector)
     assert [p["spec"]["nodeName"] for p in pods["items"]] == ["proc-cpu-0"]
     token = hub.user_token(USER)
-    wait_until("the idle cluster Suspended", lambda: _first(hub, token)["phase"] == "Suspended",
-               timeout=90, interval=1)  # fmt: skip
+    name = pods["items"][0]["metadata"]["name"]
+    try:
+        wait_until("the idle cluster Suspended",
+                   lambda: _first(hub, token)["phase"] == "Suspended",
+                   timeout=90, interval=1)  # fmt: skip
+    except TimeoutError as exc:
+        log = core.read_namespaced_pod_log(name, ks_hub.namespace)
+        said = [line for line in log.splitlines() if not line.startswith("sweep: 0 clusters")]
+        raise AssertionError(f"{exc}; the culler said:\n" + "\n".join(said[-40:])) from None
     idle = _first(hub, token)["idle"]
     assert idle.get("suspended_at"), idle  # kept on it, with when
-    name = pods["items"][0]["metadata"]["name"]
     log = core.read_namespaced_pod_log(name, ks_hub.namespace)
+    assert "watching every namespace" in log, log[-2000:]
     assert "suspended first" in log, log[-2000:]
 
 
