@@ -97,20 +97,10 @@ class KubeRayLedger:
         return f"{NAME_PREFIX}{owner_label(owner)}"
 
     def load(self, owner: str | None, clusters: Mapping[str, str]) -> list[Interval]:
-        from kubernetes.client.exceptions import ApiException
-
-        from ..backends.kuberay.errors import ALL_NAMESPACES, api_errors, translate
+        from ..backends.kuberay.errors import ALL_NAMESPACES, api_errors
 
         if owner is not None:
-            try:
-                body = self._read(owner)
-            except ApiException as exc:
-                if exc.status == 404:
-                    return []
-                # Not allowed to read it (the Role without configmaps), or another
-                # refusal: one message naming it, as every other call's.
-                call = self.backend._call("get", "configmaps", self._name(owner))
-                raise (translate(exc, call) or exc) from exc
+            body = self._read(owner)
             stored = _parse(((body or {}).get("data") or {}).get(DATA_KEY, ""))
             return owned(owner_label(owner), stored, clusters)
         # Everyone's ledgers (an admin's --all): in each namespace the backend lists
@@ -136,10 +126,22 @@ class KubeRayLedger:
                 out.extend(owned(name.removeprefix(NAME_PREFIX), stored, clusters))
         return out
 
-    def _read(self, owner: str) -> dict[str, Any]:
-        body: dict[str, Any] = self.backend._json(
-            self.core.read_namespaced_config_map, self._name(owner), self.namespace
-        )
+    def _read(self, owner: str) -> dict[str, Any] | None:
+        """The owner's ledger, None where there is none yet. Any other refusal (a Role
+        without configmaps) is one message naming it, as every other call's."""
+        from kubernetes.client.exceptions import ApiException
+
+        from ..backends.kuberay.errors import translate
+
+        try:
+            body: dict[str, Any] = self.backend._json(
+                self.core.read_namespaced_config_map, self._name(owner), self.namespace
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            call = self.backend._call("get", "configmaps", self._name(owner))
+            raise (translate(exc, call) or exc) from exc
         return body
 
     def save(self, owner: str, intervals: list[Interval], keep_after: float) -> None:
@@ -151,12 +153,7 @@ class KubeRayLedger:
         call = self.backend._call("update", "configmaps", name)
         for _ in range(self.tries):
             try:
-                try:
-                    current: dict[str, Any] | None = self._read(owner)
-                except ApiException as exc:
-                    if exc.status != 404:
-                        raise
-                    current = None
+                current = self._read(owner)
                 stored = _parse(((current or {}).get("data") or {}).get(DATA_KEY, ""))
                 kept = [i for i in merge([*stored, *intervals]) if i.end >= keep_after]
                 body: dict[str, Any] = {

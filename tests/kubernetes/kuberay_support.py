@@ -30,23 +30,26 @@ GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedu
 KWOK_RAY_VERSION = "2.60.0"  # what the KWOK clusters say; their pods run nothing
 
 
-def documented_rbac() -> dict[str, dict[str, Any]]:
-    """The YAML blocks of docs/kubernetes-rbac.md, by kind."""
-    text = RBAC_DOC.read_text()
+def documented_rbac(page: Path = RBAC_DOC) -> dict[str, dict[str, Any]]:
+    """The YAML blocks of a docs page (docs/kubernetes-rbac.md: the users'), by kind."""
+    text = page.read_text()
     blocks = [part.split("```", 1)[0] for part in text.split("```yaml\n")[1:]]
     return {doc["kind"]: doc for doc in map(yaml.safe_load, blocks)}
 
 
 def grant(
-    admin_api: k8s_client.ApiClient, namespace: str, user: str, without: str | None = None
+    admin_api: k8s_client.ApiClient,
+    namespace: str,
+    user: str,
+    without: str | None = None,
+    page: Path = RBAC_DOC,
 ) -> None:
-    """Bind the documented Role to `user` in `namespace`, and wait until it applies.
-
-    `without` names a resource whose rule is left out (a Role that misses a piece).
-    """
+    """Bind the Role of the docs `page` (the users') to `user` in `namespace`, and wait
+    until it applies. `without` names a resource whose rule is left out (a Role that
+    misses a piece)."""
     docs = documented_rbac()
     rbac = k8s_client.RbacAuthorizationV1Api(admin_api)
-    role = docs["Role"]
+    role = documented_rbac(page)["Role"]
     name = role["metadata"]["name"] + (f"-without-{without.replace('/', '-')}" if without else "")
     role["metadata"] = {"name": name, "namespace": namespace}
     role["rules"] = [r for r in role["rules"] if without not in r["resources"]]
@@ -78,14 +81,14 @@ def user_allowed(admin_api: k8s_client.ApiClient, namespace: str, user: str,
 
 @contextlib.contextmanager
 def without_rule(admin_api: k8s_client.ApiClient, namespace: str, user: str,
-                 rule: dict[str, Any]) -> Iterator[None]:  # fmt: skip
-    """`user` bound to the Role without `rule` (a RoleBinding's role cannot change: it is
-    made again), until the API server refuses each of the rule's verbs; then the whole
-    Role again."""
+                 rule: dict[str, Any], page: Path = RBAC_DOC) -> Iterator[None]:  # fmt: skip
+    """`user` bound to the Role of `page` without `rule` (a RoleBinding's role cannot
+    change: it is made again), until the API server refuses each of the rule's verbs;
+    then the whole Role again."""
     rbac = k8s_client.RbacAuthorizationV1Api(admin_api)
     binding = f"raylab-{user}"
     call_json(rbac.delete_namespaced_role_binding, binding, namespace)
-    grant(admin_api, namespace, user, without=rule["resources"][0])
+    grant(admin_api, namespace, user, without=rule["resources"][0], page=page)
     for verb in rule["verbs"]:
         wait_until(f"{user} refused {verb} {rule['resources'][0]}",
                    lambda v=verb: not user_allowed(admin_api, namespace, user, rule, v),
@@ -94,7 +97,7 @@ def without_rule(admin_api: k8s_client.ApiClient, namespace: str, user: str,
         yield
     finally:
         call_json(rbac.delete_namespaced_role_binding, binding, namespace)
-        grant(admin_api, namespace, user)
+        grant(admin_api, namespace, user, page=page)
         for verb in rule["verbs"]:
             wait_until(f"{user} allowed {verb} {rule['resources'][0]} again",
                        lambda v=verb: user_allowed(admin_api, namespace, user, rule, v),

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +29,22 @@ from raylab.backends.kuberay.backend import KubeRayBackend
 from raylab.backends.kuberay.manifest import IDLE_ANNOTATION, idle_from_annotation
 from raylab.backends.local.backend import LocalBackend
 from raylab.config import Settings
-from raylab.culler.ledger_store import DATA_KEY
+from raylab.culler.activity import Activity, ActivityReader
+from raylab.culler.ledger_store import DATA_KEY, store_for
 from raylab.display import render
+from raylab.errors import Forbidden
 from raylab.model import ClusterInfo, IdleState, Phase
 from raylab.service import ClusterService
 
-from .kuberay_support import grant, new_namespace, settings, wait_info
+from .kuberay_support import (
+    ROOT,
+    documented_rbac,
+    grant,
+    new_namespace,
+    settings,
+    wait_info,
+    without_rule,
+)
 
 OWNER = "alice"
 GPU = {"gpus": 1, "gpu_type": "a100", "workers": 1, "cpus": "1", "memory": "1Gi"}
@@ -315,3 +325,82 @@ def test_conditional_updates_let_one_writer_win(
     assert not backend.update_idle("race", done, expected=alice_view, suspend=True)
     assert alice.get("race").phase != Phase.SUSPENDED
     alice.delete("race")
+
+
+# --- the culler's rights, rule by rule ------------------------------------------------
+
+CULLER_DOC = ROOT / "docs" / "culler.md"
+Step = Callable[[KubeRayBackend, ClusterInfo], object]
+
+
+def _read_activity(backend: KubeRayBackend, info: ClusterInfo) -> Activity:
+    return ActivityReader(
+        backend, address_template=backend.settings.options.culler_dashboard_url
+    ).read(info)
+
+
+def _record_hours(backend: KubeRayBackend, info: ClusterInfo) -> None:
+    store_for(backend).save(OWNER, [], keep_after=0.0)
+
+
+# Each rule of docs/culler.md's Role: the culler's step that needs it and the verb it is
+# refused first. rayclusters' patch and delete (suspending, retiring a standby) go with
+# its list: without the rule nothing is followed at all.
+CULLER_STEPS: dict[str, tuple[str, Step, str]] = {
+    "rayclusters": ("following the clusters", lambda b, i: b.clusters(), "list"),
+    "pods": ("following the clusters (their pods)", lambda b, i: b.clusters(), "list"),
+    "secrets": ("reading a cluster's activity (its Ray token)", _read_activity, "get"),
+    "configmaps": ("recording GPU-hours (the ledger)", _record_hours, "get"),
+}
+# Rules no step here fails without, and why they stay.
+CULLER_OTHERS = {
+    "events": "optional: the operator's warnings on a refused cluster (its status)",
+    "workloads": "Kueue only: a queued cluster is suspended through its Workload "
+    "(test_kueue.py's culler test)",
+    "localqueues": "Kueue only: a cluster's ClusterQueue, read once (without it the queue "
+    "shows less)",
+}
+
+
+def _refusal(step: Step, backend: KubeRayBackend, info: ClusterInfo) -> str | None:
+    """What refused the step (its one line), or None when it worked."""
+    try:
+        out = step(backend, info)
+    except Forbidden as exc:
+        return str(exc)
+    if isinstance(out, Activity) and out.state == "unknown":
+        return out.why
+    return None
+
+
+def test_every_culler_rule_is_accounted_for() -> None:
+    rules = [r["resources"][0] for r in documented_rbac(CULLER_DOC)["Role"]["rules"]]
+    assert sorted(rules) == sorted([*CULLER_STEPS, *CULLER_OTHERS])
+
+
+def test_without_each_culler_rule_its_step_fails_naming_it(
+    admin_api: k8s_client.ApiClient,
+    bob_api: k8s_client.ApiClient,
+    alice: ClusterService,
+    namespace: str,
+    real_dashboard: str,
+) -> None:
+    """bob runs the culler's steps with docs/culler.md's Role in alice's namespace (as
+    the chart's culler with culler.rbacScope=namespaces), without each rule in turn."""
+    info = ready(alice, "rules")
+    s = settings(culler_dashboard_url=real_dashboard)
+    backend = KubeRayBackend(s, api_client=bob_api, namespace=namespace)
+    grant(admin_api, namespace, "bob", page=CULLER_DOC)
+    rules = {r["resources"][0]: r for r in documented_rbac(CULLER_DOC)["Role"]["rules"]}
+    try:
+        for resource, (step, run, verb) in CULLER_STEPS.items():
+            with without_rule(admin_api, namespace, "bob", rules[resource], page=CULLER_DOC):
+                refused = _refusal(run, backend, info)
+            assert refused is not None, step
+            assert f"Kubernetes does not allow you to {verb} {resource}" in refused, (step, refused)
+            assert _refusal(run, backend, info) is None, step  # the rule back, it works
+    finally:
+        k8s_client.RbacAuthorizationV1Api(admin_api).delete_namespaced_role_binding(
+            "raylab-bob", namespace
+        )
+        alice.delete("rules")
