@@ -4,12 +4,14 @@ operator: alice's and bob's clusters, both named `exp`, in their own namespaces.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from controlplane import wait_until
+from controlplane import call_json, wait_until
 from kubernetes import client as k8s_client
 
 from raylab.backends.kuberay.backend import KubeRayBackend
@@ -21,7 +23,7 @@ from raylab.service import ClusterService
 from raylab.spec import ClusterSpec
 
 from .admin_support import account_token, client_with, overview_admin, user_namespaces
-from .kuberay_support import Recorder, settings
+from .kuberay_support import Recorder, documented_rbac, settings, user_allowed
 
 SETTINGS = settings()
 
@@ -156,3 +158,79 @@ def test_an_admin_counts_everyones_gpu_hours_across_namespaces(
     # A user's own server still reads only its own namespace.
     alone = KubeRayBackend(SETTINGS, api_client=alice_api, namespace=a)
     assert [i.owner for i in KubeRayLedger(alone).load(None, {})] == ["alice"]
+
+
+# --- the overview's rights, rule by rule ----------------------------------------------
+
+Step = Callable[[ClusterService, str], object]
+# Each rule of the documented ClusterRole (by its first resource): the admin's step that
+# needs it, and the verb refused first. `events` goes with `pods` (one rule); patch and
+# delete on rayclusters go with its list: without it the overview shows nothing.
+OVERVIEW_STEPS: dict[str, tuple[str, Step, str]] = {
+    "rayclusters": ("the overview", lambda s, ns: s.list(everyone=True), "list"),
+    "pods": ("the overview (the clusters' pods)", lambda s, ns: s.list(everyone=True), "list"),
+    "configmaps": ("everyone's GPU-hours", lambda s, ns: s.usage(3600, everyone=True), "list"),
+    "leases": (
+        "scaling a user's cluster",
+        lambda s, ns: s.scale("rules", 0, namespace=ns),
+        "create",
+    ),
+}
+# Used only with Kueue (test_kueue.py: the queue's place and suspending a queued cluster).
+OVERVIEW_KUEUE = {"workloads", "clusterqueues", "clusterqueues/pendingworkloads"}
+
+
+def test_every_overview_rule_is_accounted_for() -> None:
+    rules = [r["resources"][0] for r in documented_rbac()["ClusterRole"]["rules"]]
+    assert sorted(rules) == sorted([*OVERVIEW_STEPS, *OVERVIEW_KUEUE])
+
+
+@contextlib.contextmanager
+def overview_without(admin_api: k8s_client.ApiClient, user: str, resource: str) -> Iterator[None]:
+    """The overview's ClusterRole without the rule of `resource`, until `user` is refused
+    its verbs everywhere; then the whole role again."""
+    rbac = k8s_client.RbacAuthorizationV1Api(admin_api)
+    full = documented_rbac()["ClusterRole"]
+    rule = next(r for r in full["rules"] if r["resources"][0] == resource)
+    less = copy.deepcopy(full)
+    less["rules"].remove(rule)
+    name = full["metadata"]["name"]
+
+    def apply(role: dict[str, Any], allowed: bool) -> None:
+        call_json(rbac.replace_cluster_role, name, role)
+        for verb in rule["verbs"]:
+            wait_until(f"{user} {'allowed' if allowed else 'refused'} {verb} {resource}",
+                       lambda v=verb: user_allowed(admin_api, "", user, rule, v) == allowed,
+                       timeout=30, interval=0.05)  # fmt: skip
+
+    apply(less, allowed=False)
+    try:
+        yield
+    finally:
+        apply(full, allowed=True)
+
+
+def test_without_each_overview_rule_its_step_fails_naming_it(
+    admin_api: k8s_client.ApiClient,
+    alice_api: k8s_client.ApiClient,
+    overseer: Any,
+    spaces: tuple[str, str, str],
+) -> None:
+    home, a, _ = spaces
+    alice = ClusterService(KubeRayBackend(SETTINGS, api_client=alice_api, namespace=a),
+                           SETTINGS, "alice")  # fmt: skip
+    alice.create({"name": "rules", "cpus": "1", "memory": "1Gi", "workers": 0})
+    admin = KubeRayBackend(SETTINGS, api_client=overseer, namespace=home, watch_namespaces=["*"])
+    service = ClusterService(admin, SETTINGS, "root", admin=True)
+    user = f"system:serviceaccount:{home}:raylab-admin"
+    try:
+        for resource, (step, run, verb) in OVERVIEW_STEPS.items():
+            with overview_without(admin_api, user, resource), pytest.raises(Forbidden) as err:
+                run(service, a)
+            assert f"Kubernetes does not allow you to {verb} {resource}" in str(err.value), (
+                step,
+                str(err.value),
+            )
+            run(service, a)  # the rule back, it works
+    finally:
+        alice.delete("rules")
