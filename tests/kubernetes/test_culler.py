@@ -168,6 +168,17 @@ def ready(alice: ClusterService, name: str) -> ClusterInfo:
     return wait_info(alice.backend, name, lambda i: i.phase == Phase.READY, "Ready")
 
 
+def suspending(dashboard: str) -> dict[str, Any]:
+    """Settings that warn and suspend an idle a100 cluster within seconds, reading every
+    cluster's activity from `dashboard`, and flush GPU-hours every second."""
+    return {
+        "idle_suspend_minutes": {"a100": 0.05},  # 3 s
+        "idle_warning_minutes": 0.02,
+        "usage_flush_seconds": 1.0,
+        "culler_dashboard_url": dashboard,
+    }
+
+
 def test_a_cluster_whose_activity_cannot_be_read_is_never_suspended(
     control_plane: ControlPlane,
     admin_api: k8s_client.ApiClient,
@@ -219,12 +230,7 @@ def test_two_cullers_suspend_an_idle_cluster_once_and_keep_why(
     tmp_path: Path,
 ) -> None:
     info = ready(alice, "idle-gpu")
-    config = {
-        "idle_suspend_minutes": {"a100": 0.05},  # 3 s
-        "idle_warning_minutes": 0.02,
-        "usage_flush_seconds": 1.0,
-        "culler_dashboard_url": real_dashboard,
-    }
+    config = suspending(real_dashboard)
     kubeconfig = control_plane.kubeconfig("admin")
     with cullers(2, tmp_path, kubeconfig, namespace, config) as procs:
         wait_until(
@@ -273,12 +279,7 @@ def test_one_culler_of_every_namespace_keeps_each_clusters_things_in_its_own(
     ledger in the cluster's own namespace, where `%raycluster usage` reads them. Both
     clusters have one name, as each user's first cluster may."""
     first = ready(alice, "every")
-    config = {
-        "idle_suspend_minutes": {"a100": 0.05},  # 3 s
-        "idle_warning_minutes": 0.02,
-        "usage_flush_seconds": 1.0,
-        "culler_dashboard_url": real_dashboard,
-    }
+    config = suspending(real_dashboard)
     kubeconfig = control_plane.kubeconfig("admin")
     with cullers(1, tmp_path, kubeconfig, None, config) as procs:
         more_sweeps(procs, 1)
