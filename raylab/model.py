@@ -279,6 +279,13 @@ def ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
+def cluster_key(namespace: str | None, name: str) -> str:
+    """`namespace/name`: a watch of several namespaces (an admin's server, a culler of
+    every namespace) sees alice's and bob's clusters of one name. The local backend has
+    no namespaces."""
+    return f"{namespace}/{name}" if namespace else name
+
+
 @dataclass(frozen=True)
 class ClusterInfo:
     name: str

@@ -13,7 +13,7 @@ import threading
 from .. import metrics
 from ..backends.base import Backend
 from ..errors import RaylabError
-from ..model import ClusterInfo
+from ..model import ClusterInfo, cluster_key
 
 log = logging.getLogger("raylab.culler")
 
@@ -23,7 +23,7 @@ class ClusterMirror:
         self.backend = backend
         # By namespace and name: a culler of every namespace sees clusters of one name in
         # several (each user's "first").
-        self._clusters: dict[tuple[str, str], ClusterInfo] = {}
+        self._clusters: dict[str, ClusterInfo] = {}
         self._lock = threading.Lock()
         self.synced = threading.Event()
         self.error: str | None = None
@@ -72,5 +72,5 @@ class ClusterMirror:
             delay = min(delay * 2, 10.0)
 
 
-def _key(info: ClusterInfo) -> tuple[str, str]:
-    return (info.namespace or "", info.name)
+def _key(info: ClusterInfo) -> str:
+    return cluster_key(info.namespace, info.name)

@@ -24,8 +24,9 @@ class CullerPerNamespace:
 
     def _groups(self, clusters: Iterable[ClusterInfo]) -> dict[str, list[ClusterInfo]]:
         # Every namespace seen before too, with no clusters now: its meter must see
-        # them gone to end their GPU-hours.
-        groups: dict[str, list[ClusterInfo]] = {ns: [] for ns in self._cullers}
+        # them gone to end their GPU-hours. (A copy of the keys: /metrics reads from
+        # another thread while a sweep may add a namespace.)
+        groups: dict[str, list[ClusterInfo]] = {ns: [] for ns in list(self._cullers)}
         for info in clusters:
             groups.setdefault(info.namespace or "", []).append(info)
         return groups
@@ -39,22 +40,18 @@ class CullerPerNamespace:
         started = time.monotonic()
         total = SweepReport()
         for namespace, group in sorted(self._groups(clusters).items()):
-            report = self._culler(namespace).sweep(group)
-            for count in ("clusters", "read", "active", "idle", "unknown", "writes", "conflicts"):
-                setattr(total, count, getattr(total, count) + getattr(report, count))
-            total.warned += report.warned
-            total.suspended += report.suspended
-            total.retired += report.retired
+            total.add(self._culler(namespace).sweep(group))
         total.seconds = time.monotonic() - started
         return total
 
     def with_gpu_use(self, clusters: Iterable[ClusterInfo]) -> list[ClusterInfo]:
-        return [
-            info
-            for namespace, group in self._groups(clusters).items()
-            if namespace in self._cullers
-            for info in self._cullers[namespace].with_gpu_use(group)
-        ]
+        """Each cluster with its GPU use as its namespace's culler last read it; one in a
+        namespace not swept yet, as it is (as a single culler shows one it has not read)."""
+        shown = []
+        for namespace, group in self._groups(clusters).items():
+            culler = self._cullers.get(namespace)
+            shown += culler.with_gpu_use(group) if culler is not None else group
+        return shown
 
     def close(self) -> None:
         for culler in self._cullers.values():

@@ -53,8 +53,8 @@ def _backends(args: argparse.Namespace, settings: Settings) -> list[Backend]:
     return [KubeRayBackend(settings, api_client=api, namespace=ns) for ns in namespaces]
 
 
-def _culler(args: argparse.Namespace, backend: Backend, settings: Settings) -> Sweeper:
-    if not getattr(args, "all_namespaces", False):
+def _culler(backend: Backend, settings: Settings, every: bool) -> Sweeper:
+    if not every:
         return Culler(backend, settings)
     from ..backends.kuberay.backend import KubeRayBackend
 
@@ -82,9 +82,10 @@ def describe(report: SweepReport) -> str:
 
 def run_culler(args: argparse.Namespace, settings: Settings, say: Callable[[str], None]) -> None:
     interval = args.interval or settings.options.cull_interval_seconds
+    every = bool(getattr(args, "all_namespaces", False))
     backends = _backends(args, settings)
     mirrors = [ClusterMirror(b) for b in backends]
-    cullers = [_culler(args, b, settings) for b in backends]
+    cullers = [_culler(b, settings, every) for b in backends]
     metrics.set_cluster_source(
         "culler",
         lambda: [
@@ -113,9 +114,11 @@ def run_culler(args: argparse.Namespace, settings: Settings, say: Callable[[str]
                         f"raylab culler: cannot list clusters: {mirror.error or 'no answer'}",
                         detail="check the culler's credentials (docs/culler.md)",
                     )
-        where = ", ".join(getattr(b, "namespace", None) or b.name for b in backends)
-        if getattr(args, "all_namespaces", False):
-            where = "every namespace"
+        where = (
+            "every namespace"
+            if every
+            else ", ".join(getattr(b, "namespace", None) or b.name for b in backends)
+        )
         say(f"raylab culler: watching {where}; a sweep every {interval:g} s")
         while not stop.is_set():
             for mirror, culler in zip(mirrors, cullers, strict=True):

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from .. import metrics
 from ..backends.base import Backend
@@ -51,6 +51,13 @@ class SweepReport:
     suspended: list[str] = field(default_factory=list)
     retired: list[str] = field(default_factory=list)  # standbys deleted at their end
     seconds: float = 0.0
+
+    def add(self, other: SweepReport) -> None:
+        """Count `other`'s sweep in this one (one line for several cullers' sweeps);
+        the time is the caller's to set."""
+        for f in fields(self):
+            if f.name != "seconds":
+                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
 
 def busy_percent(settings: Settings) -> float:

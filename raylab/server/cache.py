@@ -23,19 +23,13 @@ from typing import Any
 
 from ..backends.base import Backend, ClusterEvent
 from ..errors import RaylabError
-from ..model import RUNNING_PHASES, ClusterInfo, GpuUse
+from ..model import RUNNING_PHASES, ClusterInfo, GpuUse, cluster_key
 from ..serving.model import ServeApps
 from .paths import dashboard_path
 
 Message = dict[str, Any]
 # How long the watch's word on a deleted cluster is kept: longer than any refresh lasts.
 FORGET_DELETED_S = 300.0
-
-
-def cache_key(namespace: str | None, name: str) -> str:
-    """`namespace/name`: an admin's server watches other users' namespaces too, where
-    alice's and bob's clusters may share a name. The local backend has no namespaces."""
-    return f"{namespace}/{name}" if namespace else name
 
 
 def cluster_json(info: ClusterInfo, home: str | None = None) -> dict[str, Any]:
@@ -62,7 +56,7 @@ class ClusterCache:
         self.home: str | None = getattr(backend, "namespace", None)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.log = log
-        self.clusters: dict[str, ClusterInfo] = {}  # by cache_key
+        self.clusters: dict[str, ClusterInfo] = {}  # by cluster_key
         # Each cluster's JSON, made once per change: a list of 1,000 clusters is then a
         # join, not 1,000 serializations per request.
         self.texts: dict[str, str] = {}
@@ -104,11 +98,11 @@ class ClusterCache:
 
     def get(self, name: str, namespace: str | None = None) -> ClusterInfo | None:
         """The cluster `name` in `namespace` (None: the backend's own)."""
-        return self.clusters.get(cache_key(namespace or self.home, name))
+        return self.clusters.get(cluster_key(namespace or self.home, name))
 
     def list_text(self, visible: Callable[[ClusterInfo], bool]) -> str:
         """The visible clusters as a JSON array, sorted by name."""
-        texts = (self.texts[cache_key(c.namespace, c.name)] for c in self.list(visible))
+        texts = (self.texts[cluster_key(c.namespace, c.name)] for c in self.list(visible))
         return "[" + ",".join(texts) + "]"
 
     def subscribe(self, visible: Callable[[ClusterInfo], bool]) -> Subscriber:
@@ -130,7 +124,7 @@ class ClusterCache:
         subscriber see the change without waiting for the watch. Called off the loop."""
         started = time.monotonic()
         info = self.backend.get(name, namespace=namespace)
-        key = cache_key(namespace or self.home, name)
+        key = cluster_key(namespace or self.home, name)
         self._hand_over(self._apply_refresh, (key, started, info))
 
     def set_gpu_use(self, uses: dict[str, GpuUse]) -> None:
@@ -153,7 +147,7 @@ class ClusterCache:
         if not info.uid or (held is not None and held.at > use.at):
             return
         self.gpu_use[info.uid] = use
-        current = self.clusters.get(cache_key(info.namespace or self.home, info.name))
+        current = self.clusters.get(cluster_key(info.namespace or self.home, info.name))
         if current is not None and current.uid == info.uid:
             self._apply(ClusterEvent("MODIFIED", current))
 
@@ -163,7 +157,7 @@ class ClusterCache:
         if not info.uid:
             return
         self.serve[info.uid] = serve
-        current = self.clusters.get(cache_key(info.namespace or self.home, info.name))
+        current = self.clusters.get(cluster_key(info.namespace or self.home, info.name))
         if current is not None and current.uid == info.uid:
             self._apply(ClusterEvent("MODIFIED", current))
 
@@ -203,7 +197,7 @@ class ClusterCache:
 
     def _replace(self, listed: tuple[float, builtins.list[ClusterInfo]]) -> None:
         at, snapshot = listed
-        fresh = {cache_key(c.namespace, c.name): c for c in snapshot}
+        fresh = {cluster_key(c.namespace, c.name): c for c in snapshot}
         for key, old in list(self.clusters.items()):
             if key not in fresh:
                 self._apply_watched((at, ClusterEvent("DELETED", old)))
@@ -218,7 +212,7 @@ class ClusterCache:
 
         at, event = arrived
         metrics.WATCH_EVENTS.labels(event.type).inc()
-        key = cache_key(event.cluster.namespace, event.cluster.name)
+        key = cluster_key(event.cluster.namespace, event.cluster.name)
         self._watched_at[key] = at
         if event.type == "DELETED":
             self._deleted.append((at, key))
@@ -239,7 +233,7 @@ class ClusterCache:
 
     def _apply(self, event: ClusterEvent) -> None:
         info = event.cluster
-        key = cache_key(info.namespace, info.name)
+        key = cluster_key(info.namespace, info.name)
         before = self.clusters.get(key)
         if event.type == "DELETED":
             self.serve.pop(info.uid, None)
