@@ -7,6 +7,7 @@ what an admin is told to apply.
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -80,28 +81,37 @@ def user_allowed(admin_api: k8s_client.ApiClient, namespace: str, user: str,
 
 
 @contextlib.contextmanager
-def without_rule(admin_api: k8s_client.ApiClient, namespace: str, user: str,
-                 rule: dict[str, Any], page: Path = RBAC_DOC) -> Iterator[None]:  # fmt: skip
-    """`user` bound to the Role of `page` without `rule` (a RoleBinding's role cannot
-    change: it is made again), until the API server refuses each of the rule's verbs;
-    then the whole Role again."""
+def without_rule(admin_api: k8s_client.ApiClient, user: str, resource: str, *,
+                 namespace: str = "", page: Path = RBAC_DOC,
+                 kind: str = "Role") -> Iterator[dict[str, Any]]:  # fmt: skip
+    """The documented `kind` of `page` as made (grant's Role in `namespace`, or a
+    ClusterRole), without the rule whose first resource is `resource`, until `user` is
+    refused each of its verbs there (everywhere, for a ClusterRole); then whole again.
+    Yields the rule."""
     rbac = k8s_client.RbacAuthorizationV1Api(admin_api)
-    binding = f"raylab-{user}"
-    call_json(rbac.delete_namespaced_role_binding, binding, namespace)
-    grant(admin_api, namespace, user, without=rule["resources"][0], page=page)
-    for verb in rule["verbs"]:
-        wait_until(f"{user} refused {verb} {rule['resources'][0]}",
-                   lambda v=verb: not user_allowed(admin_api, namespace, user, rule, v),
-                   timeout=30, interval=0.05)  # fmt: skip
-    try:
-        yield
-    finally:
-        call_json(rbac.delete_namespaced_role_binding, binding, namespace)
-        grant(admin_api, namespace, user, page=page)
+    full = documented_rbac(page)[kind]
+    name = full["metadata"]["name"]
+    if namespace:
+        full["metadata"] = {"name": name, "namespace": namespace}
+    rule = next(r for r in full["rules"] if r["resources"][0] == resource)
+    less = copy.deepcopy(full)
+    less["rules"].remove(rule)
+
+    def apply(role: dict[str, Any], allowed: bool) -> None:
+        if namespace:
+            call_json(rbac.replace_namespaced_role, name, namespace, role)
+        else:
+            call_json(rbac.replace_cluster_role, name, role)
         for verb in rule["verbs"]:
-            wait_until(f"{user} allowed {verb} {rule['resources'][0]} again",
-                       lambda v=verb: user_allowed(admin_api, namespace, user, rule, v),
+            wait_until(f"{user} {'allowed' if allowed else 'refused'} {verb} {resource}",
+                       lambda v=verb: user_allowed(admin_api, namespace, user, rule, v) == allowed,
                        timeout=30, interval=0.05)  # fmt: skip
+
+    apply(less, allowed=False)
+    try:
+        yield rule
+    finally:
+        apply(full, allowed=True)
 
 
 @contextlib.contextmanager

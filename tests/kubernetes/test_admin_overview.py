@@ -4,14 +4,12 @@ operator: alice's and bob's clusters, both named `exp`, in their own namespaces.
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from controlplane import call_json, wait_until
+from controlplane import wait_until
 from kubernetes import client as k8s_client
 
 from raylab.backends.kuberay.backend import KubeRayBackend
@@ -23,7 +21,7 @@ from raylab.service import ClusterService
 from raylab.spec import ClusterSpec
 
 from .admin_support import account_token, client_with, overview_admin, user_namespaces
-from .kuberay_support import Recorder, documented_rbac, settings, user_allowed
+from .kuberay_support import Recorder, documented_rbac, settings, without_rule
 
 SETTINGS = settings()
 
@@ -185,31 +183,6 @@ def test_every_overview_rule_is_accounted_for() -> None:
     assert sorted(rules) == sorted([*OVERVIEW_STEPS, *OVERVIEW_KUEUE])
 
 
-@contextlib.contextmanager
-def overview_without(admin_api: k8s_client.ApiClient, user: str, resource: str) -> Iterator[None]:
-    """The overview's ClusterRole without the rule of `resource`, until `user` is refused
-    its verbs everywhere; then the whole role again."""
-    rbac = k8s_client.RbacAuthorizationV1Api(admin_api)
-    full = documented_rbac()["ClusterRole"]
-    rule = next(r for r in full["rules"] if r["resources"][0] == resource)
-    less = copy.deepcopy(full)
-    less["rules"].remove(rule)
-    name = full["metadata"]["name"]
-
-    def apply(role: dict[str, Any], allowed: bool) -> None:
-        call_json(rbac.replace_cluster_role, name, role)
-        for verb in rule["verbs"]:
-            wait_until(f"{user} {'allowed' if allowed else 'refused'} {verb} {resource}",
-                       lambda v=verb: user_allowed(admin_api, "", user, rule, v) == allowed,
-                       timeout=30, interval=0.05)  # fmt: skip
-
-    apply(less, allowed=False)
-    try:
-        yield
-    finally:
-        apply(full, allowed=True)
-
-
 def test_without_each_overview_rule_its_step_fails_naming_it(
     admin_api: k8s_client.ApiClient,
     alice_api: k8s_client.ApiClient,
@@ -225,7 +198,10 @@ def test_without_each_overview_rule_its_step_fails_naming_it(
     user = f"system:serviceaccount:{home}:raylab-admin"
     try:
         for resource, (step, run, verb) in OVERVIEW_STEPS.items():
-            with overview_without(admin_api, user, resource), pytest.raises(Forbidden) as err:
+            with (
+                without_rule(admin_api, user, resource, kind="ClusterRole"),
+                pytest.raises(Forbidden) as err,
+            ):
                 run(service, a)
             assert f"Kubernetes does not allow you to {verb} {resource}" in str(err.value), (
                 step,

@@ -38,7 +38,6 @@ from .kuberay_support import (
     RAY,
     ROOT,
     Recorder,
-    documented_rbac,
     grant,
     new_namespace,
     settings,
@@ -371,13 +370,12 @@ def test_without_each_kueue_rule_its_step_fails_naming_it(
     did not bind to the queue viewer (docs/kueue.md): without both, status says Queued
     without a place, so no step fails."""
     alice, ns = team.alice, team.namespaces["alice"]
-    rules = {r["resources"][0]: r for r in documented_rbac()["Role"]["rules"]}
     alice.create({"name": "rules", "gpus": 1, "workers": 1, **SMALL})
     # The queue viewer's ClusterRole lists workloads everywhere: alice leaves it for now.
     bind_queue_viewer(admin_api, ["bob"], replace=True)
     try:
         with (
-            without_rule(admin_api, ns, "alice", rules["localqueues"]),
+            without_rule(admin_api, "alice", "localqueues", namespace=ns),
             pytest.raises(Forbidden) as err,
         ):
             alice.create({"name": "rules-lq", "gpus": 1, "workers": 1, **SMALL})
@@ -386,7 +384,7 @@ def test_without_each_kueue_rule_its_step_fails_naming_it(
         )
         assert [c.name for c in alice.list()] == ["rules"]
         with (
-            without_rule(admin_api, ns, "alice", rules["workloads"]),
+            without_rule(admin_api, "alice", "workloads", namespace=ns),
             pytest.raises(Forbidden) as err,
         ):
             alice.get("rules")

@@ -75,10 +75,6 @@ def test_every_rule_has_its_step() -> None:
     assert sorted(rules) == sorted([*STEPS, *OPTIONAL, *KUEUE_RULES])
 
 
-def role_rule(resource: str) -> dict[str, Any]:
-    return next(r for r in documented_rbac()["Role"]["rules"] if r["resources"] == [resource])
-
-
 @pytest.fixture(scope="module")
 def cluster(admin_api: k8s_client.ApiClient, alice_api: k8s_client.ApiClient) -> Iterator[
     tuple[str, ClusterService, KubeRayBackend]
@@ -100,17 +96,19 @@ def test_without_the_rule_its_step_fails_naming_it(
 ) -> None:
     """An optional rule's step still works without it, only showing less."""
     ns, service, backend = cluster
-    rule = role_rule(resource)
     if resource in OPTIONAL:
-        with without_rule(admin_api, ns, "alice", rule):
+        with without_rule(admin_api, "alice", resource, namespace=ns):
             info = OPTIONAL[resource][1](service, backend)
         assert getattr(info, "name", None) == NAME  # the cluster, shown
         return
     step, run, verb = STEPS[resource]
+    with (
+        without_rule(admin_api, "alice", resource, namespace=ns) as rule,
+        pytest.raises(Forbidden) as err,
+    ):
+        run(service, backend)
     group = rule["apiGroups"][0]
     shown = f"{resource}.{group}" if group else resource
-    with without_rule(admin_api, ns, "alice", rule), pytest.raises(Forbidden) as err:
-        run(service, backend)
     message = str(err.value)
     assert re.fullmatch(
         rf"Kubernetes does not allow you to {verb} {re.escape(shown)}( \S+)? in namespace '{ns}'",
