@@ -282,6 +282,19 @@ def _first(hub: KubeSpawnerHub, token: str, user: str = USER) -> dict[str, Any]:
     return cluster
 
 
+def _server_story(core: k8s_client.CoreV1Api, user: str, namespace: str) -> str:
+    """The user's server pod as Kubernetes tells it (its containers' states, restarts)
+    and its log's end: why the proxy could not reach it, when a request through it fails."""
+    pod = f"jupyter-{user}"
+    try:
+        status = call_json(core.read_namespaced_pod, pod, namespace)["status"]
+        log = core.read_namespaced_pod_log(pod, namespace, tail_lines=40)
+    except ApiException as exc:
+        return f"pod {namespace}/{pod}: {exc.reason}"
+    states = json.dumps(status.get("containerStatuses"), indent=1)
+    return f"pod {namespace}/{pod} {status.get('phase')}: {states}\n{log}"
+
+
 # The users' kinds, beside the chart's (test_helm_chart.KINDS): their plural.
 USER_KINDS = {"Namespace": "namespaces", "ResourceQuota": "resourcequotas",
               "RayCluster": "rayclusters", "Pod": "pods"}  # fmt: skip
@@ -354,7 +367,7 @@ def test_new_user_first_up_and_the_admin_overview(
     token = hub.user_token(USER)
     body = {"name": "first", "gpu_type": PROCESS_GPU_TYPE, "workers": 0}
     status, made = hub.user_api(USER, token, "POST", "raylab/clusters", body)
-    assert status == 201, (status, made, hub.log_tail())
+    assert status == 201, (status, made, hub.log_tail(), _server_story(core, USER, hub_ns))
     assert made["cluster"]["namespace"] == user_ns
 
     wait_until("the first cluster Ready", lambda: _first(hub, token)["phase"] == "Ready",
@@ -391,7 +404,7 @@ def test_user_namespace_pod_mounts_the_copied_settings(
     token = hub.user_token(NS_USER)
     body = {"name": "first", "gpu_type": PROCESS_GPU_TYPE, "workers": 0}
     status, made = hub.user_api(NS_USER, token, "POST", "raylab/clusters", body)
-    assert status == 201, (status, made, hub.log_tail())
+    assert status == 201, (status, made, hub.log_tail(), _server_story(core, NS_USER, user_ns))
     assert made["cluster"]["namespace"] == user_ns
     # Made is enough: the first test watched one become Ready. Not left to run beside
     # the tests that follow.
