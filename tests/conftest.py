@@ -139,13 +139,18 @@ def pipeline_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 # Time by folder at the end of every run, so the suite's budget (CI has 90 minutes on a
 # cold machine) is visible where it is spent; docs/benchmarks.md keeps the cold figures.
+# The slowest modules beside them: where sharing a fixture would win the most.
 _seconds_by_folder: dict[str, float] = {}
+_seconds_by_module: dict[str, float] = {}
+SLOWEST_MODULES = 12
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    parts = Path(report.nodeid.split("::", 1)[0]).parts
+    module = report.nodeid.split("::", 1)[0]
+    parts = Path(module).parts
     folder = "/".join(parts[:2]) if len(parts) > 2 else parts[0]
     _seconds_by_folder[folder] = _seconds_by_folder.get(folder, 0.0) + report.duration
+    _seconds_by_module[module] = _seconds_by_module.get(module, 0.0) + report.duration
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
@@ -156,3 +161,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     for folder, seconds in sorted(_seconds_by_folder.items(), key=lambda kv: -kv[1]):
         terminalreporter.write_line(f"{folder:<24} {seconds:8.1f} s")
     terminalreporter.write_line(f"{'total':<24} {total:8.1f} s")
+    terminalreporter.section(f"the {SLOWEST_MODULES} slowest modules")
+    slowest = sorted(_seconds_by_module.items(), key=lambda kv: -kv[1])[:SLOWEST_MODULES]
+    for module, seconds in slowest:
+        terminalreporter.write_line(f"{module:<56} {seconds:8.1f} s")

@@ -289,3 +289,50 @@ def test_liveness_restarts_and_never_policy_fails(
     assert (terminated["exitCode"], terminated["reason"]) == (7, "Error")
     assert failed["status"]["containerStatuses"][0]["restartCount"] == 0
     assert logs(admin_api, namespace, "once") == "bye\n"
+
+
+def _bridge_address() -> str:
+    """The link-layer address of the bridge the pods hang on (procnode's, in this namespace)."""
+    shown = subprocess.run(["ip", "-o", "link", "show", "procbr0"],
+                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return shown.split("link/ether ", 1)[1].split()[0]
+
+
+def _bridge_ports() -> set[str]:
+    shown = subprocess.run(["ip", "-o", "link", "show", "master", "procbr0"],
+                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return {line.split(":")[1].strip().split("@")[0] for line in shown.splitlines()}
+
+
+def test_a_pods_network_outlives_the_pods_that_go(
+    admin_api: k8s_client.ApiClient, namespace: str, process_nodes: list[str]
+) -> None:
+    """A bridge left to pick its own address takes its lowest port's, so a pod that went
+    changed it, and the other pods' replies to the gateway were lost until their
+    neighbour entry expired (a request through the hub's proxy to a notebook pod failed
+    with ETIMEDOUT while a cluster's pod went). The address must stay, and a pod that
+    answered before others came and went must answer at once after."""
+    server = sh("main", "exec python3 -m http.server 8080",
+                readinessProbe={"tcpSocket": {"port": 8080}, "periodSeconds": 1})  # fmt: skip
+    create(admin_api, namespace, pod("stays", server))
+    ip = wait_pod(admin_api, namespace, "stays", "Ready", ready)["status"]["podIP"]
+    with urllib.request.urlopen(f"http://{ip}:8080/", timeout=10) as page:
+        assert page.status == 200  # its neighbour entry for the gateway is now filled
+    address = _bridge_address()
+
+    ports = _bridge_ports()
+    core = k8s_client.CoreV1Api(admin_api)
+    passing = [f"passing-{i}" for i in range(4)]
+    for name in passing:
+        create(admin_api, namespace, pod(name, sh("main", "exec sleep 600")))
+    for name in passing:
+        wait_pod(admin_api, namespace, name, "Running", lambda b: b["status"]["phase"] == "Running")
+    assert len(_bridge_ports() - ports) == len(passing)
+    for name in passing:
+        core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+    # Their veths gone from the bridge (the bridge has chosen its address again by then).
+    wait_until("the passing pods' veths gone", lambda: not _bridge_ports() - ports, timeout=60)
+
+    assert _bridge_address() == address
+    with urllib.request.urlopen(f"http://{ip}:8080/", timeout=3) as page:
+        assert page.status == 200

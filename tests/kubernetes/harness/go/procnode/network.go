@@ -80,17 +80,31 @@ func newNetwork(ctx context.Context, cfg *Config) (*network, error) {
 	n.next = n.gateway.Next()
 	// Idempotent for a restarted procnode in the same namespace.
 	_ = run(ctx, "", "ip", "link", "del", cfg.Bridge)
-	batch := fmt.Sprintf("link add %[1]s type bridge\n"+
+	// The bridge's address is set, not left to Linux: an unset one follows the lowest
+	// of its ports' addresses, so deleting one pod's veth changed it, and every other
+	// pod, whose neighbour entry for the gateway still held the old one, lost its
+	// replies to the gateway's side until that entry expired (a request through the
+	// hub's proxy to a notebook pod failed with ETIMEDOUT while another pod went).
+	// The CNI bridge plugin sets it for the same reason.
+	batch := fmt.Sprintf("link add %[1]s address %[6]s type bridge\n"+
 		"addr add %[2]s/%[3]d dev %[1]s\n"+
 		"addr add %[4]s/32 dev %[1]s\n"+
 		"addr add %[5]s/32 dev %[1]s\n"+
 		"link set %[1]s up\n"+
 		"link set lo up\n",
-		cfg.Bridge, n.gateway, prefix.Bits(), cfg.KubernetesServiceIP, cfg.DNSServiceIP)
+		cfg.Bridge, n.gateway, prefix.Bits(), cfg.KubernetesServiceIP, cfg.DNSServiceIP,
+		bridgeMAC(n.gateway))
 	if err := run(ctx, batch, "ip", "-batch", "-"); err != nil {
 		return nil, fmt.Errorf("setting up bridge %s: %w", cfg.Bridge, err)
 	}
 	return n, nil
+}
+
+// bridgeMAC is a locally administered address made from the gateway's IPv4 address:
+// fixed for the bridge's life, and never a veth's (those are random).
+func bridgeMAC(gateway netip.Addr) string {
+	b := gateway.As4()
+	return fmt.Sprintf("02:42:%02x:%02x:%02x:%02x", b[0], b[1], b[2], b[3])
 }
 
 // allocate hands out the next free address; addresses are not reused until the
