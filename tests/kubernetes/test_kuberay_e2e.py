@@ -551,17 +551,26 @@ def test_a_killed_head_is_reported_restarts_in_place_and_the_kernel_reconnects(
     assert session.value("print(ray_nodes(4, 3, timeout=300))") == {"nodes": 4, "gpus": 3}
 
 
+# Each holds its GPU until the other runs (they meet in MEET, a folder every pod sees):
+# the second can run only on a worker pod the autoscaler adds, and both return as soon
+# as it has, instead of after a fixed wait.
 GPU_TASKS = """\
+import pathlib
 @ray.remote(num_gpus=1)
-def busy():
-    import time; time.sleep(30)  # long enough for a new worker pod to start
+def busy(i):
+    import time
+    meet = pathlib.Path("MEET")
+    (meet / str(i)).touch()
+    deadline = time.time() + 240
+    while len(list(meet.iterdir())) < 2 and time.time() < deadline:
+        time.sleep(0.2)
     return ray.util.get_node_ip_address()
-print(json.dumps(sorted(set(ray.get([busy.remote(), busy.remote()])))))
+print(json.dumps(sorted(set(ray.get([busy.remote(0), busy.remote(1)])))))
 """
 
 
 def test_autoscaling_adds_a_worker_for_gpu_tasks_and_removes_it_when_idle(
-    session: Session, up: str
+    session: Session, up: str, request: pytest.FixtureRequest
 ) -> None:
     # The first cluster's part is done; two small clusters at most on this machine.
     session.magic(f"down {NAME}")
@@ -572,7 +581,10 @@ def test_autoscaling_adds_a_worker_for_gpu_tasks_and_removes_it_when_idle(
     assert f"Connected this kernel to {AUTO}" in out, out
     # Two 1-GPU tasks at once, one 1-GPU worker: Ray's autoscaler (in the head pod,
     # through the API server) asks KubeRay for a second worker, and both run.
-    ips = session.value(GPU_TASKS)
+    # Outside the folders a process-node pod gets privately (/tmp, /home).
+    meet = Path(tempfile.mkdtemp(prefix=f"raylab-{session.namespace}-", dir="/var/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(meet, ignore_errors=True))
+    ips = session.value(GPU_TASKS.replace("MEET", str(meet)))
     assert len(ips) == 2, ips
     assert set(ips) <= {p["status"]["podIP"] for p in session.pods(AUTO)["worker"]}
     # Then idle: the autoscaler removes the workers (min 0) after its idle timeout.
