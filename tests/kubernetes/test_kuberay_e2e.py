@@ -224,10 +224,30 @@ def strip_ansi(text: str) -> str:
     return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
 
+# Two 1-GPU tasks that each hold their GPU until the other runs, meeting in `folder`,
+# which every pod sees: with one GPU per worker pod they run on two pods (instant tasks
+# could all reuse the first worker's lease), and return as soon as both run.
+MEETING = """\
+import ray
+@ray.remote(num_gpus=1)
+def meeting(folder, i):
+    import pathlib, time
+    folder = pathlib.Path(folder)
+    (folder / str(i)).touch()
+    deadline = time.time() + 120
+    while len(list(folder.iterdir())) < 2 and time.time() < deadline:
+        time.sleep(0.1)
+    return ray.util.get_node_ip_address()
+def met(folder):
+    return sorted(set(ray.get([meeting.remote(str(folder), i) for i in range(2)])))
+"""
+
 # A notebook kernel inside Kubernetes, as a single-user pod runs it: in a pod on a
 # process node, with its service account's token and KUBERNETES_SERVICE_HOST from the
 # kubelet. raylab connects through the head Service's DNS name, with no port-forward.
-IN_CLUSTER = """\
+IN_CLUSTER = (
+    MEETING
+    + """\
 import json, time, psutil, ray
 from IPython.core.interactiveshell import InteractiveShell
 shell = InteractiveShell.instance()
@@ -238,20 +258,11 @@ import os, pathlib, socket
 meet = pathlib.Path(os.environ["SHARED_STORAGE"], "meet-" + socket.gethostname())
 meet.mkdir()
 @ray.remote(num_gpus=1)
-def where(i):
-    # Each holds its GPU until the other runs: one GPU per worker pod, so the two run on
-    # both workers (instant tasks could all reuse the first worker's lease).
-    (meet / str(i)).touch()
-    deadline = time.time() + 120
-    while len(list(meet.iterdir())) < 2 and time.time() < deadline:
-        time.sleep(0.1)
-    return ray.util.get_node_ip_address()
-@ray.remote(num_gpus=1)
 def size(block):
     return len(block)
 seen = {"address": connect.connected_address(), "mode": connect.connected_mode(),
         "why": connect.why_client(), "gpus": ray.cluster_resources().get("GPU"),
-        "ips": sorted(set(ray.get([where.remote(i) for i in range(2)])))}
+        "ips": met(meet)}
 if seen["mode"] == "driver":
     mine = [n for n in ray.nodes() if n["Alive"]
             and n["NodeManagerAddress"] == ray.util.get_node_ip_address()]
@@ -302,6 +313,7 @@ seen["left"] = sorted(p.name() for p in psutil.process_iter()
                       if p.name() in ("raylet", "plasma_store", "gcs_server"))
 print(json.dumps(seen))
 """.replace("NAME", NAME)
+)
 
 
 def notebook_pod(name: str, shm: str, storage: Path) -> dict[str, Any]:
@@ -551,24 +563,6 @@ def test_a_killed_head_is_reported_restarts_in_place_and_the_kernel_reconnects(
     assert session.value("print(ray_nodes(4, 3, timeout=300))") == {"nodes": 4, "gpus": 3}
 
 
-# Each holds its GPU until the other runs (they meet in MEET, a folder every pod sees):
-# the second can run only on a worker pod the autoscaler adds, and both return as soon
-# as it has, instead of after a fixed wait.
-GPU_TASKS = """\
-import pathlib
-@ray.remote(num_gpus=1)
-def busy(i):
-    import time
-    meet = pathlib.Path("MEET")
-    (meet / str(i)).touch()
-    deadline = time.time() + 240
-    while len(list(meet.iterdir())) < 2 and time.time() < deadline:
-        time.sleep(0.2)
-    return ray.util.get_node_ip_address()
-print(json.dumps(sorted(set(ray.get([busy.remote(0), busy.remote(1)])))))
-"""
-
-
 def test_autoscaling_adds_a_worker_for_gpu_tasks_and_removes_it_when_idle(
     session: Session, up: str, request: pytest.FixtureRequest
 ) -> None:
@@ -584,7 +578,9 @@ def test_autoscaling_adds_a_worker_for_gpu_tasks_and_removes_it_when_idle(
     # Outside the folders a process-node pod gets privately (/tmp, /home).
     meet = Path(tempfile.mkdtemp(prefix=f"raylab-{session.namespace}-", dir="/var/tmp"))
     request.addfinalizer(lambda: shutil.rmtree(meet, ignore_errors=True))
-    ips = session.value(GPU_TASKS.replace("MEET", str(meet)))
+    # The second can run only on the worker pod the autoscaler adds.
+    session.cell(MEETING)
+    ips = session.value(f"print(json.dumps(met({str(meet)!r})))")
     assert len(ips) == 2, ips
     assert set(ips) <= {p["status"]["podIP"] for p in session.pods(AUTO)["worker"]}
     # Then idle: the autoscaler removes the workers (min 0) after its idle timeout.

@@ -291,17 +291,20 @@ def test_liveness_restarts_and_never_policy_fails(
     assert logs(admin_api, namespace, "once") == "bye\n"
 
 
-def _bridge_address() -> str:
-    """The link-layer address of the bridge the pods hang on (procnode's, in this namespace)."""
-    shown = subprocess.run(["ip", "-o", "link", "show", "procbr0"],
+def _links(*which: str) -> list[str]:
+    """`ip -o link show WHICH` here, where procnode's bridge `procbr0` is: a line per link."""
+    shown = subprocess.run(["ip", "-o", "link", "show", *which],
                            capture_output=True, text=True, check=True).stdout  # fmt: skip
-    return shown.split("link/ether ", 1)[1].split()[0]
+    return shown.splitlines()
+
+
+def _bridge_address() -> str:
+    (bridge,) = _links("procbr0")
+    return bridge.split("link/ether ", 1)[1].split()[0]
 
 
 def _bridge_ports() -> set[str]:
-    shown = subprocess.run(["ip", "-o", "link", "show", "master", "procbr0"],
-                           capture_output=True, text=True, check=True).stdout  # fmt: skip
-    return {line.split(":")[1].strip().split("@")[0] for line in shown.splitlines()}
+    return {line.split(":")[1].strip().split("@")[0] for line in _links("master", "procbr0")}
 
 
 def test_a_pods_network_outlives_the_pods_that_go(
