@@ -86,6 +86,26 @@ def test_workers_are_started_before_the_first_task(shell: InteractiveShell, up: 
     assert set(ray.get([pid.remote(), pid.remote()])) == warm
 
 
+def test_the_worker_nodes_share_the_machines_cores_for_starting_workers(up: str) -> None:
+    """Each worker node's raylet may start cores / nodes worker processes at once, not
+    Ray's default of the machine's cores each: more Python processes starting at once than
+    there are cores only slow the one already running the user's tasks."""
+    import psutil
+
+    from raylab.backends.local.backend import STARTUP_CONCURRENCY_ENV
+    from raylab.backends.local.processes import CLUSTER_ENV, NODE_ENV
+
+    told = {}
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            env = proc.environ()
+            raylet = Path((proc.info["cmdline"] or [""])[0]).name == "raylet"
+            if raylet and env.get(CLUSTER_ENV) == NAME:
+                told[env[NODE_ENV]] = env.get(STARTUP_CONCURRENCY_ENV)
+    each = str(max(1, (os.cpu_count() or 1) // 2))
+    assert told == {"head": None, "worker-1": each, "worker-2": each}, told
+
+
 def test_ray_data_runs(up: str) -> None:
     import ray
 

@@ -545,6 +545,7 @@ class LocalBackend:
             if per_worker and devices.stop <= physical:
                 # Each worker node gets its own slice of the real devices.
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
+            env[STARTUP_CONCURRENCY_ENV] = str(startup_concurrency(spec.workers))
             args = [
                 f"--address=127.0.0.1:{state.ports['gcs']}",
                 f"--num-cpus={_cpus(spec.cpus)}",
@@ -703,6 +704,21 @@ def _find_ray() -> str:
             detail="pip install 'ray[client,default]' in the kernel's environment",
         )
     return found
+
+
+# Ray's own setting (ray_config_def.h), read by each raylet at its start.
+STARTUP_CONCURRENCY_ENV = "RAY_worker_maximum_startup_concurrency"
+
+
+def startup_concurrency(worker_nodes: int) -> int:
+    """How many worker processes each worker node may start at once.
+
+    Ray lets a node start as many at once as its machine has cores (`min(cores, CPUs)`),
+    a rule made for one node per machine. A local cluster's nodes share this machine, so
+    they share its cores: with Ray's rule, two 8-CPU workers on 2 cores started four
+    Python processes at once for a burst of small tasks, and the one worker already
+    running them slowed to ~30 tasks a second (docs/benchmarks.md, `first_task`)."""
+    return max(1, (os.cpu_count() or 1) // max(1, worker_nodes))
 
 
 def _cpus(quantity: str) -> int:
