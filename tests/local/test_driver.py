@@ -50,19 +50,25 @@ def test_up_connects_as_a_driver_and_says_so(up: str) -> None:
     assert ray.cluster_resources().get("GPU") == 2.0
 
 
-def idle_workers(cluster: str) -> set[int]:
-    """This cluster's worker processes that wait for a task (Ray titles them ray::IDLE)."""
+def cluster_processes(cluster: str) -> list[tuple[int, str, dict[str, str]]]:
+    """This cluster's live processes: (PID, the first word of its command line, its
+    environment)."""
     import psutil
 
     from raylab.backends.local.processes import CLUSTER_ENV
 
-    pids = set()
+    found = []
     for proc in psutil.process_iter(["cmdline"]):
         with contextlib.suppress(psutil.Error):
-            idle = (proc.info["cmdline"] or [""])[0] == "ray::IDLE"
-            if idle and proc.environ().get(CLUSTER_ENV) == cluster:
-                pids.add(proc.pid)
-    return pids
+            env = proc.environ()
+            if env.get(CLUSTER_ENV) == cluster:
+                found.append((proc.pid, (proc.info["cmdline"] or [""])[0], env))
+    return found
+
+
+def idle_workers(cluster: str) -> set[int]:
+    """This cluster's worker processes that wait for a task (Ray titles them ray::IDLE)."""
+    return {pid for pid, command, _ in cluster_processes(cluster) if command == "ray::IDLE"}
 
 
 def test_workers_are_started_before_the_first_task(shell: InteractiveShell, up: str) -> None:
@@ -90,19 +96,15 @@ def test_the_worker_nodes_share_the_machines_cores_for_starting_workers(up: str)
     """Each worker node's raylet may start cores / nodes worker processes at once, not
     Ray's default of the machine's cores each: more Python processes starting at once than
     there are cores only slow the one already running the user's tasks."""
-    import psutil
+    from raylab.backends.local.backend import STARTUP_CONCURRENCY_ENV, startup_concurrency
+    from raylab.backends.local.processes import NODE_ENV
 
-    from raylab.backends.local.backend import STARTUP_CONCURRENCY_ENV
-    from raylab.backends.local.processes import CLUSTER_ENV, NODE_ENV
-
-    told = {}
-    for proc in psutil.process_iter(["cmdline"]):
-        with contextlib.suppress(psutil.Error):
-            env = proc.environ()
-            raylet = Path((proc.info["cmdline"] or [""])[0]).name == "raylet"
-            if raylet and env.get(CLUSTER_ENV) == NAME:
-                told[env[NODE_ENV]] = env.get(STARTUP_CONCURRENCY_ENV)
-    each = str(max(1, (os.cpu_count() or 1) // 2))
+    told = {
+        env[NODE_ENV]: env.get(STARTUP_CONCURRENCY_ENV)
+        for _, command, env in cluster_processes(NAME)
+        if Path(command).name == "raylet"
+    }
+    each = str(startup_concurrency(2))  # its arithmetic is tested in tests/unit
     assert told == {"head": None, "worker-1": each, "worker-2": each}, told
 
 
