@@ -30,7 +30,8 @@ type InputProps = React.InputHTMLAttributes<HTMLInputElement>;
 const NUMERIC: InputProps = { inputMode: 'numeric' };
 /** What some inputs add to their field's declaration. */
 const INPUT_EXTRAS: Record<string, InputProps> = {
-  name: { autoComplete: 'off', spellCheck: false },
+  // The dialog's first field: see FOCUSED_FIELD.
+  name: { autoComplete: 'off', spellCheck: false, autoFocus: true },
   image: { spellCheck: false }
 };
 
@@ -501,8 +502,7 @@ export async function showCreateDialog(
     buttons: [
       Dialog.cancelButton(),
       Dialog.okButton({ label: 'Create', ariaLabel: 'Create the cluster' })
-    ],
-    focusNodeSelector: 'input'
+    ]
   });
   const result = await dialog.launch();
   dialog.dispose();

@@ -2,6 +2,20 @@ import { Dialog } from '@jupyterlab/apputils';
 import { ReactWidget } from '@jupyterlab/ui-components';
 
 /**
+ * The `focusNodeSelector` of raylab's dialogs, whose bodies are React forms:
+ * the form's field that has the focus, else its first input.
+ *
+ * JupyterLab's Dialog focuses that selector's element once a React body's
+ * `renderPromise` resolves, and ReactWidget resolves it in an idle callback:
+ * on a busy browser that comes after the user has started typing in another
+ * field, and a plain `input` moved the caret into the first one mid-word. So
+ * each body focuses its first field itself as it mounts (`autoFocus`), and the
+ * dialog's late focus leaves a field that has it where it is (focusing it
+ * again does nothing).
+ */
+export const FOCUSED_FIELD = 'form :focus, form:not(:focus-within) input';
+
+/**
  * The body of a `FormDialog`: a form that submits itself to the server and
  * shows the server's refusals inline, next to the field they concern.
  */
@@ -24,7 +38,11 @@ export abstract class FormBody<T> extends ReactWidget {
  */
 export class FormDialog<T> extends Dialog<T> {
   constructor(options: FormDialog.IOptions<T>) {
-    super({ ...options, body: options.body });
+    super({
+      ...options,
+      body: options.body,
+      focusNodeSelector: options.focusNodeSelector ?? FOCUSED_FIELD
+    });
     this._form = options.body;
     this._accept = options.buttons.map(b => b.accept);
     this._defaultIndex = options.defaultButton ?? options.buttons.length - 1;

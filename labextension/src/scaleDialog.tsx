@@ -61,6 +61,7 @@ class ScaleBody extends FormBody<ICluster | null> {
             className="jp-mod-styled"
             type="text"
             inputMode="numeric"
+            autoFocus // see FOCUSED_FIELD
             defaultValue={this._workers}
             aria-invalid={this._error ? true : undefined}
             aria-describedby="jp-raylab-scale-note"
@@ -94,8 +95,7 @@ export async function scaleCluster(
   const dialog = new FormDialog<ICluster | null>({
     title: `Scale ${displayName(cluster, route)}`,
     body: new ScaleBody(cluster, route, ctx.serverSettings),
-    buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Scale' })],
-    focusNodeSelector: 'input'
+    buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Scale' })]
   });
   const result = await dialog.launch();
   dialog.dispose();

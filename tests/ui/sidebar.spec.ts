@@ -155,6 +155,55 @@ test('empty state, and the server refusals shown next to their field', async ({
   await expect(panel.locator('.jp-raylab-card')).toHaveCount(0);
 });
 
+test('on a busy browser, what the user types stays in the field they type in', async ({
+  page
+}) => {
+  // JupyterLab focuses a React dialog's field when the browser is next idle;
+  // on a busy machine that comes late, after the user has moved on to another
+  // field (a first hub journey on a loaded CI machine typed its `gpus` into
+  // the name). Here the page's idle callbacks come 1.5 s late, and the test
+  // waits until the late ones have run.
+  await page.evaluate(() => {
+    const w = window as unknown as {
+      requestIdleCallback: typeof requestIdleCallback;
+      raylabLateIdle: number;
+    };
+    const idle = w.requestIdleCallback.bind(w);
+    w.raylabLateIdle = 0;
+    w.requestIdleCallback = (callback, options) => {
+      w.raylabLateIdle += 1;
+      return idle(
+        deadline =>
+          setTimeout(() => {
+            w.raylabLateIdle -= 1;
+            callback(deadline);
+          }, 1500),
+        options
+      );
+    };
+  });
+  const dialog = await openNewClusterDialog(page);
+  const name = dialog.locator('#jp-raylab-new-name');
+  const gpus = dialog.locator('#jp-raylab-new-gpus');
+  // The name field has the focus as soon as the dialog shows (not only once
+  // the browser is idle): the user types the name at once.
+  expect(await page.evaluate(() => document.activeElement?.id)).toBe(
+    'jp-raylab-new-name'
+  );
+  await page.keyboard.type('alice-exp');
+  await gpus.focus();
+  await page.waitForFunction(
+    () => (window as unknown as { raylabLateIdle: number }).raylabLateIdle === 0
+  );
+  await page.keyboard.press('Control+A');
+  await page.keyboard.type('2');
+  await expect(gpus).toBeFocused();
+  await expect(name).toHaveValue('alice-exp');
+  await expect(gpus).toHaveValue('2');
+  await dialog.getByRole('button', { name: 'Cancel' }).click();
+  await expect(page.locator('.jp-Dialog')).toHaveCount(0);
+});
+
 test('a failing event stream is a banner, and recovers', async ({ page }) => {
   // The server's event stream fails (as when the server extension errors);
   // the route is Playwright's, the sidebar and the rest of the server are real.

@@ -2,6 +2,8 @@ import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { ReactWidget } from '@jupyterlab/ui-components';
 import React from 'react';
 
+import { FOCUSED_FIELD } from '../formDialog';
+
 /** What the options dialog asks; empty strings leave the server's defaults. */
 export interface IExportChoices {
   name: string;
@@ -34,6 +36,7 @@ function OptionsForm(props: {
           className="jp-mod-styled"
           type="text"
           placeholder={props.pipeline}
+          autoFocus // see FOCUSED_FIELD
           autoComplete="off"
           spellCheck={false}
           value={v.name}
@@ -143,7 +146,7 @@ export async function askExportOptions(
     title: `Export ${notebook} to a pipeline`,
     body: new OptionsBody(pipeline, clusters),
     buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Export' })],
-    focusNodeSelector: '#jp-raylab-export-name'
+    focusNodeSelector: FOCUSED_FIELD
   });
   return result.button.accept ? result.value : null;
 }
