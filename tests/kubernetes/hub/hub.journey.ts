@@ -162,6 +162,9 @@ test('alice makes a cluster from the sidebar and runs a GPU task on it', async (
   await dialog.locator('#jp-raylab-new-gpu_type').selectOption('proc');
   await dialog.locator('#jp-raylab-new-gpus').fill('1');
   await dialog.locator('#jp-raylab-new-workers').fill('1');
+  // What she typed is what is sent (a late focus once moved a field's text
+  // into the name: sidebar.spec.ts's busy browser).
+  await expect(dialog.locator('#jp-raylab-new-name')).toHaveValue(CLUSTER);
   await dialog.getByRole('button', { name: 'Create the cluster' }).click();
   await expect(alice.page.locator('.jp-Dialog')).toHaveCount(0);
   // Live through the hub's proxy: the card appears, then turns Ready, no reload.
