@@ -539,13 +539,14 @@ class LocalBackend:
         ports = ports or self._ports()
         per_worker = spec.gpus_per_worker
         physical = physical_gpu_count()
+        concurrency = str(startup_concurrency(spec.workers))
         for i in indexes:
             env = self._auth_env(name, state)
             devices = range((i - 1) * per_worker, i * per_worker)
             if per_worker and devices.stop <= physical:
                 # Each worker node gets its own slice of the real devices.
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
-            env[STARTUP_CONCURRENCY_ENV] = str(startup_concurrency(spec.workers))
+            env[STARTUP_CONCURRENCY_ENV] = concurrency
             args = [
                 f"--address=127.0.0.1:{state.ports['gcs']}",
                 f"--num-cpus={_cpus(spec.cpus)}",
