@@ -31,6 +31,7 @@ import psutil
 
 from ..backends.kuberay.manifest import KERNEL_NODE_PORTS
 from ..backends.local.ports import bindable
+from ..backends.local.ray_start import quick_ray_start
 
 READY_TEXT = "Ray runtime started"
 JOIN_TIMEOUT_S = 120.0  # up to NODE_TRIES starts of `ray start` on a busy machine
@@ -117,14 +118,17 @@ def join(gcs: str, timeout: float = JOIN_TIMEOUT_S) -> JoinedNode:
     """Start this kernel's node in the cluster at `gcs` (HOST:PORT) and wait until it is
     up. The environment already holds the cluster's token (auth.use_token)."""
     store = object_store_bytes()
-    ray = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
-    if not Path(ray).exists():
-        raise JoinFailed("the `ray` command is not installed beside this kernel's Python")
+    ray_start = quick_ray_start()
+    if ray_start is None:
+        ray = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
+        if not Path(ray).exists():
+            raise JoinFailed("the `ray` command is not installed beside this kernel's Python")
+        ray_start = [ray, "start"]
     ports, agent = free_ports(), _any_port()
     folder = Path(tempfile.mkdtemp(prefix="raylab-node-"))
     log = folder / "ray-start.log"
     argv = [
-        ray, "start", f"--address={gcs}", "--num-cpus=0", "--num-gpus=0",
+        *ray_start, f"--address={gcs}", "--num-cpus=0", "--num-gpus=0",
         f"--object-store-memory={store}", f"--node-manager-port={ports[0]}",
         f"--object-manager-port={ports[1]}", f"--dashboard-agent-listen-port={agent}",
         f"--temp-dir={folder / 'ray'}", "--disable-usage-stats", "--block",

@@ -53,6 +53,7 @@ from .processes import (
     start_reaper,
     stop_sessions,
 )
+from .ray_start import quick_ray_start
 from .tempdir import is_inside, private_temp_root
 
 log = logging.getLogger(__name__)
@@ -168,7 +169,13 @@ class LocalBackend:
         self, state_dir: Path, ray_executable: str | None = None, *, token_auth: bool = True
     ) -> None:
         self.state_dir = Path(state_dir)
-        self.ray = ray_executable or _find_ray()
+        # What runs `ray start ARGS`: a given `ray` command (tests give a broken one), or
+        # the quick launcher (ray_start.py), or the `ray` command found.
+        self.ray_start = (
+            [ray_executable, "start"]
+            if ray_executable
+            else quick_ray_start() or [_find_ray(), "start"]
+        )
         self.token_auth = token_auth
 
     # --- state folder -------------------------------------------------------------
@@ -593,7 +600,7 @@ class LocalBackend:
         temp_dir = private_temp_root() / secrets.token_hex(4)
         common.append(f"--temp-dir={temp_dir}")
         return spawn(
-            [*supervisor, self.ray, "start", *args, *common],
+            [*supervisor, *self.ray_start, *args, *common],
             log,
             role,
             index,
