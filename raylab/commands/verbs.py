@@ -128,6 +128,10 @@ class Commands:
             if outlook is not None and outlook.queue:
                 self.out.line(outlook.text())
         started, began = time.time(), time.monotonic()  # shown; timed
+        if connect:
+            from ..kernel.connect import load_ray_early
+
+            load_ray_early()
         info, created = service.create(
             request, prepared.environment if remember else None, say=self.out.line
         )

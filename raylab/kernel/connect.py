@@ -18,6 +18,7 @@ import copy
 import logging
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -201,6 +202,19 @@ class _Attach:
             # Drivers only: a Ray Client kernel's calls from a second thread would share
             # the one channel with the user's.
             warm_workers.start(info.spec.workers, _warm_limit(info))
+
+
+def load_ray_early() -> None:
+    """Import Ray in the background while a cluster starts, for the connect that follows:
+    the import takes ~0.6 s of CPU that a cold `up` otherwise spent after the head was up,
+    with the workers starting beside it; the wait before it leaves a core idle."""
+    if "ray" not in sys.modules:
+        threading.Thread(target=_import_ray, name="raylab-load-ray", daemon=True).start()
+
+
+def _import_ray() -> None:
+    with contextlib.suppress(Exception):  # the connect imports it again, and says why
+        import ray  # noqa: F401
 
 
 def _warm_limit(info: ClusterInfo) -> int:

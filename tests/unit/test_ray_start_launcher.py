@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
+from raylab.backends.local.node import NEVER_UP, RESTART_MARK, WAIT_MARK, node_ref, started
 from raylab.backends.local.ray_start import MODULE, quick_ray_start
 
 PROBE = """
@@ -42,3 +44,27 @@ def test_a_wrong_option_fails_as_ray_start_does() -> None:
 
 def test_the_backend_uses_it_where_this_python_has_ray() -> None:
     assert quick_ray_start() == [sys.executable, "-m", MODULE]
+
+
+def test_a_worker_whose_head_never_came_up_is_not_started_nor_started_again(
+    tmp_path: Path,
+) -> None:
+    """`--after HEAD`: the launcher loads Ray, then waits for the head; a head whose
+    supervisor ended without coming up ends the worker at once, with one line, and its
+    supervisor does not try it again (it did not fall over: it had nothing to join)."""
+    head_log = tmp_path / "head.log"
+    head_log.write_text("the head failed\n")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    at = started(gone.pid)
+    gone.wait()
+    assert at is not None
+    supervisor = [sys.executable, "-m", "raylab.backends.local.node", "3", "1"]
+    done = subprocess.run(
+        [*supervisor, "--after", node_ref(gone.pid, at, str(head_log)), "--",
+         *(quick_ray_start() or []), "--address=127.0.0.1:1", "--block"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == NEVER_UP, done.stdout + done.stderr
+    assert done.stdout.count(f"{WAIT_MARK}: the head never came up") == 1
+    assert RESTART_MARK not in done.stdout
+    assert "Ray runtime started" not in done.stdout

@@ -171,11 +171,9 @@ class LocalBackend:
         self.state_dir = Path(state_dir)
         # What runs `ray start ARGS`: a given `ray` command (tests give a broken one), or
         # the quick launcher (ray_start.py), or the `ray` command found.
-        self.ray_start = (
-            [ray_executable, "start"]
-            if ray_executable
-            else quick_ray_start() or [_find_ray(), "start"]
-        )
+        quick = None if ray_executable else quick_ray_start()
+        self.ray_start = quick or [ray_executable or _find_ray(), "start"]
+        self._order = "--after" if quick else "--needs"
         self.token_auth = token_auth
 
     # --- state folder -------------------------------------------------------------
@@ -560,8 +558,9 @@ class LocalBackend:
                 f"--num-gpus={per_worker}",
                 f"--memory={int(parse_quantity(spec.memory))}",
             ]
-            # Workers start once the head is up (see node.py).
-            order = ["--needs", _ref(state.nodes[0])]
+            # Workers start once the head is up (see node.py); the launcher waits for it
+            # itself, after loading Ray.
+            order = [self._order, _ref(state.nodes[0])]
             state.nodes.append(self._spawn(name, "worker", i, args, env, ports, order))
 
     def _spawn(

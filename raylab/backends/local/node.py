@@ -1,5 +1,5 @@
 """Supervisor of one local Ray node:
-`python -m raylab.backends.local.node TRIES AGENT_PORT [--needs NODE] -- ray start ...`
+`python -m raylab.backends.local.node TRIES AGENT_PORT [--needs|--after NODE] -- ray start ...`
 where NODE is `PID:STARTED:LOG` of another node's supervisor (STARTED: `started`).
 
 Three things make a node come up on a small, busy machine:
@@ -11,7 +11,10 @@ Three things make a node come up on a small, busy machine:
   (`AGENT_PORT`, see ports.py): this writes it into the file as soon as the raylet
   exists, so the raylet waits for nothing; the agent comes up when it can.
 - Workers start once the head is up (`--needs`): a head that has to be started again
-  never strands workers joined to its first try.
+  never strands workers joined to its first try. With `--after`, the command itself
+  waits (raylab's `ray start` launcher, ray_start.py, told through AFTER_ENV): it loads
+  Ray while the head starts, which on a small machine leaves a core idle, and starts
+  the node the moment the head is up.
 - `ray start` gives a raylet only 30 s to register with the GCS; a node that exits before
   it ever came up is run again (at most TRIES times). A node that came up and later exits
   is not restarted: that is a real failure the user must see.
@@ -37,6 +40,10 @@ READY_TEXT = "Ray runtime started"
 AGENT_PORT_FILE = "dashboard_agent_listen_port"
 RESTART_MARK = "[raylab] the node exited"
 WAIT_MARK = "[raylab] not starting"
+# The node its command waits for (`--after`), and the code it exits with when that node
+# never came up: not a node that fell over, so not started again.
+AFTER_ENV = "RAYLAB_START_AFTER"
+NEVER_UP = 3
 
 
 def node_ref(pid: int, started_at: float, log: str) -> str:
@@ -136,12 +143,13 @@ def announce_agent_port(pid: int, port: int, done: threading.Event) -> None:
         return
 
 
-def run_node(tries: int, agent_port: int, command: list[str]) -> int:
+def run_node(tries: int, agent_port: int, command: list[str], after: str | None = None) -> int:
     log = sys.stdout
     code = 1
+    env = {**os.environ, AFTER_ENV: after} if after else None
     for attempt in range(1, tries + 1):
         started = time.monotonic()
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
         done = threading.Event()
         threading.Thread(
             target=announce_agent_port, args=(proc.pid, agent_port, done), daemon=True
@@ -155,7 +163,7 @@ def run_node(tries: int, agent_port: int, command: list[str]) -> int:
             log.flush()
         code = proc.wait()
         done.set()
-        if came_up or attempt == tries:
+        if came_up or attempt == tries or (after and code == NEVER_UP):
             break
         log.write(
             f"{RESTART_MARK} with code {code} after {time.monotonic() - started:.0f} s "
@@ -165,14 +173,19 @@ def run_node(tries: int, agent_port: int, command: list[str]) -> int:
     return code
 
 
+def never_up() -> int:
+    print(f"{WAIT_MARK}: the head never came up", flush=True)
+    return NEVER_UP
+
+
 def main(argv: list[str]) -> int:
     split = argv.index("--")
     options, command = argv[:split], argv[split + 1 :]
     tries, agent_port = int(options[0]), int(options[1])
-    if options[2:4] and options[2] == "--needs" and not wait_for(options[3]):
-        print(f"{WAIT_MARK}: the head never came up", flush=True)
-        return 1
-    return run_node(tries, agent_port, command)
+    order, ref = (options[2], options[3]) if len(options) >= 4 else ("", "")
+    if order == "--needs" and not wait_for(ref):
+        return never_up()
+    return run_node(tries, agent_port, command, ref if order == "--after" else None)
 
 
 if __name__ == "__main__":
