@@ -118,12 +118,10 @@ def join(gcs: str, timeout: float = JOIN_TIMEOUT_S) -> JoinedNode:
     """Start this kernel's node in the cluster at `gcs` (HOST:PORT) and wait until it is
     up. The environment already holds the cluster's token (auth.use_token)."""
     store = object_store_bytes()
+    # The kernel drives the cluster, so its Python has Ray (the `ray` command is not needed).
     ray_start = quick_ray_start()
     if ray_start is None:
-        ray = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
-        if not Path(ray).exists():
-            raise JoinFailed("the `ray` command is not installed beside this kernel's Python")
-        ray_start = [ray, "start"]
+        raise JoinFailed("Ray is not installed in this kernel's Python")
     ports, agent = free_ports(), _any_port()
     folder = Path(tempfile.mkdtemp(prefix="raylab-node-"))
     log = folder / "ray-start.log"

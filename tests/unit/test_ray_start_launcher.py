@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from raylab.backends.local.backend import LocalBackend
 from raylab.backends.local.node import NEVER_UP, RESTART_MARK, WAIT_MARK, node_ref, started
 from raylab.backends.local.ray_start import MODULE, quick_ray_start
 
@@ -42,8 +43,10 @@ def test_a_wrong_option_fails_as_ray_start_does() -> None:
     assert "EXIT 2" in out
 
 
-def test_the_backend_uses_it_where_this_python_has_ray() -> None:
-    assert quick_ray_start() == [sys.executable, "-m", MODULE]
+def test_the_backend_uses_it_where_this_python_has_ray(tmp_path: Path) -> None:
+    assert LocalBackend(tmp_path).ray_start == [sys.executable, "-m", MODULE]
+    # A `ray` command given (tests give a broken one) is run as given.
+    assert LocalBackend(tmp_path, ray_executable="/x/ray").ray_start == ["/x/ray", "start"]
 
 
 def test_a_worker_whose_head_never_came_up_is_not_started_nor_started_again(

@@ -4,7 +4,8 @@
 Ray's `ray` command imports every command group before it runs one, among them Serve's
 and the Jobs CLI, which load pandas and FastAPI: 1.8 s of CPU for each node's `ray start`
 on this machine, against 0.5 s without them. A local cluster starts three nodes at once on
-a laptop's cores, so that import was a third of a cold `up`'s CPU before its first task.
+a laptop's cores, so that import was about a quarter of a cold `up`'s CPU before its
+first task.
 Ray's CLI adds those groups in `try` blocks and goes on without a group whose import
 fails; this makes them fail (None in sys.modules), and runs Ray's own `start` command.
 
