@@ -19,6 +19,7 @@ import bench_joined_node
 import bench_kuberay_up
 import bench_load
 import bench_queue
+import bench_ray_client_connect
 import bench_ready_latency
 import bench_serve
 import bench_server
@@ -48,6 +49,7 @@ BENCHES = {
     "queue": bench_queue.run,
     "gpu_use": bench_gpu_use.run,
     "serve": bench_serve.run,
+    "ray_client_connect": bench_ray_client_connect.run,
 }
 
 
