@@ -18,7 +18,7 @@ import os
 import tempfile
 
 from bench_up import BY_HAND, figures
-from report import Figure, emit, median
+from report import Figure, emit, median, reported
 
 TASKS = """
 import ray as _ray
@@ -189,22 +189,10 @@ def run(rounds: int = 3) -> list[Figure]:
             anchor_samples=first_raw,
             met=median(first_claimed) <= 3.0,
         ),
-        Figure(
-            name="a waiting standby (head + 2 workers + reaper): resident memory (median)",
-            value=median(rss),
-            unit="MiB",
-            target="reported",
-            samples=rss,
-            met=None,
+        reported(
+            "a waiting standby (head + 2 workers + reaper): resident memory (median)", rss, "MiB"
         ),
-        Figure(
-            name="a waiting standby: CPU of its processes over 5 s (median)",
-            value=median(cpu),
-            unit="% of a core",
-            target="reported",
-            samples=cpu,
-            met=None,
-        ),
+        reported("a waiting standby: CPU of its processes over 5 s (median)", cpu, "% of a core"),
         Figure(
             name="the first 200 small tasks (median)",
             value=median(burst),

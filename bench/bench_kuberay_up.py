@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from report import Figure, emit, median, p95
+from report import Figure, emit, median, p95, reported
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -358,30 +358,11 @@ def run() -> list[Figure]:
             anchor_samples=hand,
             met=median(claimed) <= 5.0,
         ),
-        Figure(
-            name="the same, from a standby the moment it is Ready, median",
-            value=median(runs.at_once),
-            unit="s",
-            target="reported",
-            samples=runs.at_once,
-            met=None,
+        reported("the same, from a standby the moment it is Ready, median", runs.at_once, "s"),
+        reported(
+            "a waiting standby's pods (head + 2 workers): resident memory (median)", rss, "MiB"
         ),
-        Figure(
-            name="a waiting standby's pods (head + 2 workers): resident memory (median)",
-            value=median(rss),
-            unit="MiB",
-            target="reported",
-            samples=rss,
-            met=None,
-        ),
-        Figure(
-            name="a waiting standby's pods: CPU over 5 s (median)",
-            value=median(cpu),
-            unit="% of a core",
-            target="reported",
-            samples=cpu,
-            met=None,
-        ),
+        reported("a waiting standby's pods: CPU over 5 s (median)", cpu, "% of a core"),
         Figure(
             name="head pod Ready -> raylab event, p95",
             value=p95(latencies),

@@ -33,6 +33,12 @@ def median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
+def reported(name: str, samples: list[float], unit: str) -> Figure:
+    """A figure without a target: its median, given for the record."""
+    return Figure(name=name, value=median(samples), unit=unit, target="reported",
+                  samples=samples, met=None)  # fmt: skip
+
+
 def p95(xs: list[float]) -> float:
     if not xs:
         return float("nan")
