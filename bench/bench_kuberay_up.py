@@ -20,10 +20,10 @@ instant its readiness probe first passes) to raylab's watch reporting the head r
 every head of the run. Target ≤ 0.5 s.
 
 Third: the same `up` without a name, claiming a standby of its shape made before the
-clock starts (target ≤ 5 s). Alternating: a standby that has waited (5 s, as one made
-when the user's server started has by the time they run `up`; what its pods hold
-meanwhile is measured, as bench_first_task does for the local one), and one claimed the
-moment it is Ready, its pods' processes still starting beside the claim.
+clock starts (target ≤ 5 s). Alternating: a standby that has waited 10 s after Ready
+(as one made when the user's server started has by the time they run `up`; what its
+pods hold meanwhile is measured, as bench_first_task does for the local one), and one
+claimed the moment it is Ready, its pods' processes still starting beside the claim.
 """
 
 from __future__ import annotations
