@@ -5,8 +5,8 @@ proxier starts a server process of its own, then waits on a gRPC channel to it. 
 channel's first try comes before that process listens (it is still importing Ray), and
 gRPC's default back-off makes the next try 1 s later (±20 %), then 1.6 s after that:
 a server that needs just over a second to listen costs the client up to ~1.6 s more.
-Measured on KubeRay from a standby, Ray Client's connect was 2.5 to 4 s of the 4.5 to 6.7 s
-`up` (bench_kuberay_up.py).
+In two claims of a KubeRay standby traced step by step (bench_kuberay_up.py's `up`),
+Ray Client's `ray.init` was 3.3 to 3.5 s of a 5.3 to 5.8 s `up`.
 
 One local head (`ray start --head`); alternating in one run, a proxier exactly as Ray
 starts it (`python -m ray.util.client.server --mode proxy`), and the same proxier with
