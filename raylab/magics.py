@@ -17,7 +17,6 @@ from .display import render
 from .display.widgets import StatusCard, card_text, in_notebook, progress_view
 from .errors import RaylabError
 from .jobs.value import JobValue
-from .kernel import warm_workers
 from .kernel.cell_stamps import CellStamps
 from .model import ClusterInfo
 from .sync.pip import synced_install
@@ -70,14 +69,6 @@ class NotebookOutput:
         return progress_view(info, started)
 
 
-def _hold_warming(*_: object) -> None:
-    warm_workers.allow(False)
-
-
-def _allow_warming(*_: object) -> None:
-    warm_workers.allow(True)
-
-
 _HOOKED: weakref.WeakKeyDictionary[Any, RayclusterMagics] = weakref.WeakKeyDictionary()
 
 
@@ -97,9 +88,6 @@ class RayclusterMagics(Magics):
             ("post_run_cell", self._after_cell),
             ("pre_run_cell", self.cell_stamps.pre_run_cell),
             ("post_run_cell", self.cell_stamps.post_run_cell),
-            # Workers are warmed between cells only, never in front of a cell's tasks.
-            ("pre_run_cell", _hold_warming),
-            ("post_run_cell", _allow_warming),
         ]
         # One set of cell hooks per shell, the newest magics' (a magics made again, with
         # another user's settings, must not leave the old one answering a lost head).

@@ -21,7 +21,6 @@ from ..display import render
 from ..display.widgets import TextProgress
 from ..errors import NotFound, RaylabError, SpecError
 from ..identity import current_groups, current_user, is_admin
-from ..kernel import warm_workers
 from ..model import ClusterInfo, Phase
 from ..server.paths import dashboard_path
 from ..service import ClusterService
@@ -174,9 +173,6 @@ class Commands:
         connecting = _Connecting()
 
         def done(now: ClusterInfo) -> bool:
-            # The kernel warms workers of nodes that join while `up` still waits for
-            # them; not once it returns, when the user's own tasks may come at once.
-            warm_workers.allow(connect and not _ready(now))
             if connect and not connecting.started and now.head_ready:
                 self._say_pip(prepared)
                 how = (
@@ -194,8 +190,6 @@ class Commands:
         except Exception:  # not on an interrupt: that returns at once
             connecting.settle()
             raise
-        finally:
-            warm_workers.allow(False)
         view.stop_clock()
         view.update(info, note="")
         self.out.line(self._connected_note(info) if connect else render.connect_code(info))

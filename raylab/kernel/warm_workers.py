@@ -5,20 +5,19 @@ driver's own node (ray #40131), which in raylab offers no CPU (the head, or the 
 joined node). So a notebook's first cell paid for starting a Python process per CPU,
 each importing Ray, on a machine busy doing just that.
 
-On connect, a background thread sends a few tiny tasks, pinned, to each node where work
-runs as it joins (one per GPU, then one per CPU left: `plan`). Ray starts a worker for
-each, of this job and with its runtime env, and keeps them idle afterwards (up to a
-node's CPU count), ready for the user's tasks.
-Tasks that cannot be placed within `WAIT_S` (a cluster busy with other work) are
-cancelled: warming is a head start, never a queue in front of the user's own work.
+On connect, a background thread asks each node where work runs, as it joins, to start
+workers of this job with its runtime env (`plan`: the node's CPUs, at most MAX_PER_NODE,
+and its share of `limit`), through the raylet's own PrestartWorkers call, the one Ray
+makes for the driver's node. A prestarted worker has run no task, so it takes the first
+GPU task or CPU task alike: Ray gives a worker that ran a GPU task no CPU task and the
+reverse, so warming with tasks (as raylab did first) left a claimed standby's burst of
+small tasks waiting for new workers behind the first GPU task's. It also holds no CPU or
+GPU while it waits: nothing queues in front of the user's tasks.
 
-So its tasks go out only while nothing of the user's runs (`allow`): while `up` still
-waits for the cluster's workers, and between cells, as the user types. Measured on a
-claimed standby, warming beside a first task that came at once took the GPUs and half
-the cores from it (3.8 s to its result against 2.2 s without). A notebook run top to
-bottom, or a script, is never between cells: its first tasks start their workers
-themselves, as Ray's would. (Tasks already out when a cell begins are left to finish:
-they went out seconds before, while `up` waited, and are nearly done.)
+They go out at once, as Ray's own for the driver's node do: a first task that comes
+before they are up takes the first of them to register, the worker it would have waited
+for anyway. (Warming with tasks went out only between cells, as their tasks held the GPUs
+a first task needed.)
 """
 
 from __future__ import annotations
@@ -26,24 +25,27 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 # At most this many workers per node: a 64-CPU node would otherwise start 64 processes
 # for a notebook that may run one task.
 MAX_PER_NODE = 8
-# How long nodes may take to join, and the warm-up tasks to find a CPU, before the rest
-# is cancelled.
+# How long the thread waits for nodes to join before it ends: warming is a head start for
+# the first cells, not a service.
 WAIT_S = 60.0
 # How often the thread looks for nodes that joined (the kernel connects while workers start).
 POLL_S = 0.5
-# Each task holds its CPU this long, so that the node's CPUs are taken at once and one
-# worker each is started, instead of the first worker running them all in turn.
-HOLD_S = 0.2
+# How long Ray keeps a prestarted worker though idle and beyond the node's CPU count (it
+# otherwise ends those after a second; the plan stays within the count, so this only
+# covers a node whose other jobs hold idle workers too).
+KEEP_ALIVE_S = 60
+# How long a node's raylet may take to answer the call.
+CALL_S = 5.0
 # How long a disconnect waits for the thread's Ray call in progress (one poll, normally).
 JOIN_S = 10.0
 # At most this many in all (a local cluster: the machine's cores, see connect.py).
 MAX_IN_ALL = 64
-TASK_NAME = "raylab: warm workers"
 # The resource only the head node offers.
 HEAD_RESOURCE = "node:__internal_head__"
 
@@ -52,15 +54,6 @@ log = logging.getLogger("raylab")
 
 _lock = threading.Lock()
 _running: tuple[threading.Thread, threading.Event] | None = None
-_allowed = threading.Event()  # nothing of the user's runs now (see the module's text)
-
-
-def allow(allowed: bool) -> None:
-    """Let warming go out (nothing of the user's runs), or hold it back (a cell began)."""
-    if allowed:
-        _allowed.set()
-    else:
-        _allowed.clear()
 
 
 def start(workers: int, limit: int) -> threading.Thread:
@@ -93,59 +86,39 @@ def stop() -> None:
 
 
 def plan(
-    nodes: list[dict[str, Any]], driver_node: str | None, limit: int
-) -> dict[str, tuple[int, int]]:
-    """How many workers to start on each node (by node ID), as (for GPU tasks, for CPU
-    tasks), on the live nodes with CPUs other than the driver's own, `limit` in all.
-
-    Ray gives a worker that ran a CPU task no GPU task and the reverse, and keeps at most
-    one idle worker per CPU (it ends the others after a second): so one per GPU first,
-    what the node is for, then one per CPU left, MAX_PER_NODE a node."""
-    room: dict[str, tuple[int, int]] = {}
-    for node in nodes:
-        resources = node.get("Resources", {})
-        cpus, gpus = int(resources.get("CPU", 0)), int(resources.get("GPU", 0))
-        if node.get("Alive") and cpus > 0 and node["NodeID"] != driver_node:
-            for_gpu = min(gpus, cpus, MAX_PER_NODE)
-            room[node["NodeID"]] = (for_gpu, min(cpus, MAX_PER_NODE) - for_gpu)
-    wanted = {node_id: [0, 0] for node_id in room}
-    for kind in (0, 1):  # every node's GPU workers before any node's CPU workers
-        for node_id, counts in room.items():
-            take = max(0, min(counts[kind], limit))
-            wanted[node_id][kind], limit = take, limit - take
-    return {n: (gpus, cpus) for n, (gpus, cpus) in wanted.items() if gpus or cpus}
+    nodes: list[dict[str, Any]], driver_node: str | None, limit: int, share: int
+) -> dict[str, int]:
+    """How many workers to start on each node (by node ID): on the live nodes with CPUs
+    other than the driver's own, one per CPU, at most MAX_PER_NODE and `share` a node
+    (nodes that join later get theirs too), `limit` in all; nodes with GPUs first."""
+    wanted: dict[str, int] = {}
+    ranked = sorted(nodes, key=lambda n: -float(n.get("Resources", {}).get("GPU", 0)))
+    for node in ranked:
+        cpus = int(node.get("Resources", {}).get("CPU", 0))
+        take = min(cpus, MAX_PER_NODE, share, limit)
+        if node.get("Alive") and node["NodeID"] != driver_node and take > 0:
+            wanted[node["NodeID"]] = take
+            limit -= take
+    return wanted
 
 
 def _warm(workers: int, limit: int, done: threading.Event) -> None:
     try:
         import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        @ray.remote(max_retries=0)
-        def warm() -> None:
-            time.sleep(HOLD_S)
-
+        start_on = _prestarter()
         # Ray prestarts workers on the driver's own node itself.
         driver_node = ray.get_runtime_context().get_node_id()
+        share = max(1, limit // max(workers, 1))
         deadline = time.monotonic() + WAIT_S
         planned: set[str] = set()  # every node is planned once, when first seen
-        refs: list[Any] = []
         while True:
             nodes = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
             new = [n for n in nodes if n["NodeID"] not in planned]
-            wanted = plan(new, driver_node, limit)
-            if wanted and not _until_allowed(done, deadline):
-                break
-            for node, (gpus, cpus) in wanted.items():
-                pinned = NodeAffinitySchedulingStrategy(node, soft=False)
-                on_cpu = warm.options(name=TASK_NAME, scheduling_strategy=pinned, num_cpus=1)
-                refs += [on_cpu.remote() for _ in range(cpus)]
-                # No CPU asked: they start beside the CPU workers, not after them.
-                on_gpu = warm.options(
-                    name=TASK_NAME, scheduling_strategy=pinned, num_cpus=0, num_gpus=1
-                )
-                refs += [on_gpu.remote() for _ in range(gpus)]
-                limit -= gpus + cpus
+            by_id = {n["NodeID"]: n for n in new}
+            for node_id, count in plan(new, driver_node, limit, share).items():
+                start_on(by_id[node_id], count)
+                limit -= count
             planned |= {n["NodeID"] for n in new}
             joined = [n for n in nodes if n["NodeID"] != driver_node
                       and HEAD_RESOURCE not in n.get("Resources", {})]  # fmt: skip
@@ -153,18 +126,38 @@ def _warm(workers: int, limit: int, done: threading.Event) -> None:
                 break
             if done.wait(POLL_S):
                 return
-        while refs and time.monotonic() < deadline and not done.is_set():
-            _, refs = ray.wait(refs, num_returns=len(refs), timeout=POLL_S)
-        if refs and not done.is_set():
-            for ref in refs:
-                ray.cancel(ref)
     except Exception as exc:  # the cluster went away meanwhile: warming is best effort
         log.debug("warming workers stopped: %s", exc)
 
 
-def _until_allowed(done: threading.Event, deadline: float) -> bool:
-    """Wait until warming may go out; False when the connection ended or time ran out."""
-    while not done.is_set() and time.monotonic() < deadline:
-        if _allowed.wait(POLL_S):
-            return True
-    return False
+def _prestarter() -> Callable[[dict[str, Any], int], None]:
+    """Ask a node's raylet to start `count` workers of this driver's job, with the job's
+    runtime env as its tasks carry it (so they are the workers its tasks would start).
+    Ray's own protocol and channel (its token auth and TLS); Ray calls it only for the
+    driver's node, so it has no public API for another's."""
+    from ray._private import worker
+    from ray._private.grpc_utils import init_grpc_channel
+    from ray.core.generated import common_pb2, node_manager_pb2, node_manager_pb2_grpc
+
+    core: Any = worker.global_worker.core_worker  # type: ignore[attr-defined]
+    job = core.get_current_job_id().binary()
+    env = core.get_job_config().runtime_env_info
+
+    python: int = common_pb2.PYTHON  # type: ignore[attr-defined]
+
+    def start_on(node: dict[str, Any], count: int) -> None:
+        request = node_manager_pb2.PrestartWorkersRequest(  # type: ignore[attr-defined]
+            language=python,
+            job_id=job,
+            runtime_env_info=env,
+            keep_alive_duration_secs=KEEP_ALIVE_S,
+            num_workers=count,
+        )
+        channel = init_grpc_channel(f"{node['NodeManagerAddress']}:{node['NodeManagerPort']}")
+        try:
+            stub: Any = node_manager_pb2_grpc.NodeManagerServiceStub(channel)  # type: ignore[no-untyped-call]
+            stub.PrestartWorkers(request, timeout=CALL_S)
+        finally:
+            channel.close()
+
+    return start_on

@@ -20,7 +20,7 @@ def hooks(shell: InteractiveShell) -> list[str]:
 
 def test_a_magics_made_again_replaces_the_old_ones_hooks(shell: InteractiveShell) -> None:
     before = hooks(shell)
-    assert len(before) == 7  # lost head ×2, the pip sync, the cell stamps ×2, warming ×2
+    assert len(before) == 5  # lost head ×2, the pip sync, the cell stamps ×2
     newest = RayclusterMagics(shell)
     shell.register_magics(newest)
     assert hooks(shell) == before

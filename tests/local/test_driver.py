@@ -71,13 +71,11 @@ def idle_workers(cluster: str) -> set[int]:
     return {pid for pid, command, _ in cluster_processes(cluster) if command == "ray::IDLE"}
 
 
-def test_workers_are_started_before_the_first_task(shell: InteractiveShell, up: str) -> None:
-    """While the user types, each worker's CPUs get a process of this kernel's job (one
-    CPU each here): the first tasks run in them instead of waiting for Python and Ray to
+def test_workers_are_started_before_the_first_task(up: str) -> None:
+    """Once connected, each worker's CPUs get a process of this kernel's job (one CPU
+    each here): the first tasks run in them instead of waiting for Python and Ray to
     start."""
     import ray
-
-    shell.run_cell("pass")  # the cell that ran `up` has ended: the user types the next
 
     deadline = time.monotonic() + 90
     while len(warm := idle_workers(NAME)) < 2 and time.monotonic() < deadline:

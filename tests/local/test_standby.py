@@ -154,12 +154,13 @@ def job_workers(cluster: str) -> set[int]:
     return found
 
 
-def test_the_kernel_warms_workers_between_cells_not_in_front_of_its_first_task(
+def test_a_claimed_standby_s_workers_start_at_once_and_take_the_first_task(
     backend: LocalBackend, shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:  # fmt: skip
     """Claimed, the cluster is Ready at once and the cell's next line may be the first
-    task: warming then would take its GPU and cores. It waits for the cell to end."""
+    task: the kernel's job workers start at once, holding no GPU, and that task runs in
+    one of them instead of waiting behind them."""
     StandbyKeeper(service_for(backend, settings_with({"a100": ONE_GPU}))).tick()
     standby = ready_standby(backend)
     monkeypatch.chdir(tmp_path)  # ship an empty folder
@@ -168,18 +169,23 @@ def test_the_kernel_warms_workers_between_cells_not_in_front_of_its_first_task(
     shell.user_ns["job_workers"] = job_workers
     cell = (
         "%raycluster up --gpus 1 --workers 1 --cpus 1\n"
-        "import time\n"
-        "time.sleep(3.0)  # were warming allowed, its worker would be starting by now\n"
-        f"workers_during_the_cell = job_workers({standby.name!r})\n"
+        "import os, time, ray\n"
+        "deadline = time.monotonic() + 60\n"
+        f"while not (warm := job_workers({standby.name!r})) and time.monotonic() < deadline:\n"
+        "    time.sleep(0.2)\n"
+        "@ray.remote(num_gpus=1)\n"
+        "def where():\n"
+        "    return os.getpid()\n"
+        "first = ray.get(where.remote())\n"
     )
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out):
             shell.run_cell(cell).raise_error()
         assert f"Claimed the standby cluster {standby.name} (Ready)." in out.getvalue(), out
-        assert shell.user_ns["workers_during_the_cell"] == set()
-        # The cell ended: the user types the next one, and the job's workers start.
-        wait_for(lambda: job_workers(standby.name), 90.0, "a warm worker after the cell")
+        warm = shell.user_ns["warm"]
+        assert len(warm) == 1, warm  # the worker's one CPU: one process
+        assert shell.user_ns["first"] in warm
     finally:
         with contextlib.suppress(UsageError):
             run(shell, f"down {standby.name}")
