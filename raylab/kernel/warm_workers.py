@@ -15,9 +15,9 @@ small tasks waiting for new workers behind the first GPU task's. It also holds n
 GPU while it waits: nothing queues in front of the user's tasks.
 
 They go out at once, as Ray's own for the driver's node do: a first task that comes
-before they are up takes the first of them to register, the worker it would have waited
-for anyway. (Warming with tasks went out only between cells, as their tasks held the GPUs
-a first task needed.)
+while they still start takes whichever worker of the job registers first on its node,
+theirs or the one Ray starts for it, so it waits no longer than it would have. (Warming
+with tasks went out only between cells, as their tasks held the GPUs a first task needed.)
 """
 
 from __future__ import annotations

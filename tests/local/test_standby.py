@@ -135,10 +135,11 @@ def test_up_claims_the_standby_and_the_keeper_makes_the_next(backend: LocalBacke
     assert standbys(backend) == []
 
 
-def job_workers(cluster: str) -> set[int]:
+def job_workers(cluster: str, idle: bool = False) -> set[int]:
     """Worker processes of a kernel's job on this cluster, from their start: Ray starts
     them through its setup_worker.py, which then runs the worker in the folder it shipped
-    (runtime_resources/working_dir_files); a node's workers for no job have neither."""
+    (runtime_resources/working_dir_files); a node's workers for no job have neither.
+    `idle`: only those up and waiting for a task (Ray titles them ray::IDLE)."""
     import psutil
 
     from raylab.backends.local.processes import CLUSTER_ENV
@@ -149,6 +150,8 @@ def job_workers(cluster: str) -> set[int]:
             args = proc.info["cmdline"] or [""]
             setup = len(args) > 1 and args[1].endswith("setup_worker.py")  # python setup_worker.py
             worker = args[0].startswith("ray::") and "working_dir_files" in proc.cwd()
+            if idle and (setup or args[0] != "ray::IDLE"):
+                continue
             if (setup or worker) and proc.environ().get(CLUSTER_ENV) == cluster:
                 found.add(proc.pid)
     return found
@@ -158,9 +161,10 @@ def test_a_claimed_standby_s_workers_start_at_once_and_take_the_first_task(
     backend: LocalBackend, shell: InteractiveShell, monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:  # fmt: skip
-    """Claimed, the cluster is Ready at once and the cell's next line may be the first
-    task: the kernel's job workers start at once, holding no GPU, and that task runs in
-    one of them instead of waiting behind them."""
+    """Claimed, the cluster is Ready at once: the kernel's job workers start at once,
+    during the cell that ran `up`, and hold no GPU, so the cell's first GPU task runs in
+    one of them. (A task that comes while they still start takes whichever worker
+    registers first, theirs or the one Ray starts for it.)"""
     StandbyKeeper(service_for(backend, settings_with({"a100": ONE_GPU}))).tick()
     standby = ready_standby(backend)
     monkeypatch.chdir(tmp_path)  # ship an empty folder
@@ -171,7 +175,8 @@ def test_a_claimed_standby_s_workers_start_at_once_and_take_the_first_task(
         "%raycluster up --gpus 1 --workers 1 --cpus 1\n"
         "import os, time, ray\n"
         "deadline = time.monotonic() + 60\n"
-        f"while not (warm := job_workers({standby.name!r})) and time.monotonic() < deadline:\n"
+        f"while (not (warm := job_workers({standby.name!r}, idle=True))\n"
+        "       and time.monotonic() < deadline):\n"
         "    time.sleep(0.2)\n"
         "@ray.remote(num_gpus=1)\n"
         "def where():\n"
