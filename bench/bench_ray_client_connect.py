@@ -29,6 +29,8 @@ from pathlib import Path
 
 from report import Figure, emit, median
 
+from raylab.backends.local.ports import PortPicker
+
 ROUNDS = int(os.environ.get("ROUNDS", "6"))
 RAY = str(Path(sys.executable).parent / "ray")
 
@@ -57,12 +59,6 @@ ray.shutdown()
 """
 
 
-def free() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def listening(port: int, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -73,8 +69,7 @@ def listening(port: int, timeout: float = 60) -> None:
     raise RuntimeError(f"nothing listens on {port}")
 
 
-def connect_once(variant: str, gcs: str, agent: str) -> float:
-    port = free()
+def connect_once(variant: str, gcs: str, agent: str, port: int) -> float:
     proxier = subprocess.Popen([sys.executable, "-c", PROXIER, variant, gcs, agent, str(port)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
@@ -93,12 +88,15 @@ def connect_once(variant: str, gcs: str, agent: str) -> float:
 
 def run() -> list[Figure]:
     env = dict(os.environ, RAY_DISABLE_USAGE_STATS="1")
-    gcs_port, agent_port = free(), free()
+    # Ports as raylab's local nodes take them: outside the ephemeral range and Ray's
+    # worker ports, so no outgoing connection takes one between the choice and the bind.
+    ports = PortPicker()
+    gcs_port, agent_port = ports.take(), ports.take()
     with tempfile.TemporaryDirectory(prefix="rcb") as tmp:
         subprocess.run(
             [RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={gcs_port}",
-             f"--ray-client-server-port={free()}", f"--runtime-env-agent-port={agent_port}",
-             f"--dashboard-port={free()}",
+             f"--ray-client-server-port={ports.take()}", f"--runtime-env-agent-port={agent_port}",
+             f"--dashboard-port={ports.take()}",
              "--dashboard-host=127.0.0.1", "--num-cpus=2", f"--temp-dir={tmp}"],
             env=env, check=True, capture_output=True,
         )  # fmt: skip
@@ -107,7 +105,7 @@ def run() -> list[Figure]:
             samples: dict[str, list[float]] = {"default": [], "short": []}
             for i in range(ROUNDS):
                 for variant in ("default", "short") if i % 2 == 0 else ("short", "default"):
-                    samples[variant].append(connect_once(variant, gcs, agent))
+                    samples[variant].append(connect_once(variant, gcs, agent, ports.take()))
         finally:
             subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True)
     default, short = samples["default"], samples["short"]
