@@ -19,7 +19,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,12 +29,13 @@ from pathlib import Path
 import psutil
 
 from ..backends.kuberay.manifest import KERNEL_NODE_PORTS
-from ..backends.local.ports import bindable
+from ..backends.local.ports import AGENT_PORTS, PortPicker, bindable
 from ..backends.local.ray_start import quick_ray_start
 
 READY_TEXT = "Ray runtime started"
 JOIN_TIMEOUT_S = 120.0  # up to NODE_TRIES starts of `ray start` on a busy machine
 NODE_TRIES = 3
+POLL_S = 0.05  # how often `join` reads the node's log for Ray's "started" line
 # The object store: 30 % of the pod's memory as Ray would take, but within its /dev/shm
 # (Ray falls back to a slow disk-backed store beyond it) and small beside the workers'.
 OBJECT_STORE_SHARE = 0.3
@@ -122,20 +122,24 @@ def join(gcs: str, timeout: float = JOIN_TIMEOUT_S) -> JoinedNode:
     ray_start = quick_ray_start()
     if ray_start is None:
         raise JoinFailed("Ray is not installed in this kernel's Python")
-    ports, agent = free_ports(), _any_port()
+    ports = free_ports()
+    # Every agent's port given up front, as local nodes have them (backends/local/ports.py):
+    # a raylet left to wait for its agents to pick theirs registers only once the
+    # dashboard agent has loaded, ~1.4 s later on two busy cores, and the kernel waits.
+    agents = PortPicker().take_many(AGENT_PORTS)
     folder = Path(tempfile.mkdtemp(prefix="raylab-node-"))
     log = folder / "ray-start.log"
     argv = [
         *ray_start, f"--address={gcs}", "--num-cpus=0", "--num-gpus=0",
         f"--object-store-memory={store}", f"--node-manager-port={ports[0]}",
-        f"--object-manager-port={ports[1]}", f"--dashboard-agent-listen-port={agent}",
+        f"--object-manager-port={ports[1]}", *(f"--{flag}={port}" for flag, port in agents.items()),
         f"--temp-dir={folder / 'ray'}", "--disable-usage-stats", "--block",
     ]  # fmt: skip
     # The local backend's node supervisor: it tells the raylet its agent's port at once
     # and starts a node that fell over before it came up again, which is what makes a
     # node come up on a busy machine (backends/local/node.py).
     node_argv = [sys.executable, "-m", "raylab.backends.local.node", str(NODE_TRIES),
-                 str(agent), "--", *argv]  # fmt: skip
+                 str(agents["dashboard-agent-listen-port"]), "--", *argv]  # fmt: skip
     watched = [sys.executable, "-m", "raylab.kernel.joined_node", str(os.getpid()), str(log), "--"]
     supervisor = subprocess.Popen(
         [*watched, *node_argv],
@@ -165,7 +169,7 @@ def join(gcs: str, timeout: float = JOIN_TIMEOUT_S) -> JoinedNode:
             raise JoinFailed(
                 f"this pod could not join the cluster as a Ray node ({why}); {_hint(why)}"
             )
-        time.sleep(0.2)
+        time.sleep(POLL_S)
 
 
 def _hint(why: str) -> str:
@@ -174,13 +178,6 @@ def _hint(why: str) -> str:
     if "Timed out waiting for file" in why:
         return "the node's own agents did not start in time: give the notebook pod more CPU"
     return "check that the NetworkPolicies admit the ports of docs/zero-to-jupyterhub.md"
-
-
-def _any_port() -> int:
-    with socket.socket() as s:
-        s.bind(("0.0.0.0", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 def _fatal(temp_dir: Path) -> str | None:

@@ -129,7 +129,14 @@ def test_a_joined_node_offers_nothing_and_leaves(gcs: str) -> None:
     try:
         mine = [n for n in nodes(gcs) if n["alive"] and n["port"] == node.ports[0]]
         assert mine == [{"alive": True, "port": node.ports[0], "cpu": 0, "gpu": 0}]
-        assert raylets_on(node.ports[0])
+        (raylet,) = raylets_on(node.ports[0])
+        # Told its agents' ports, the raylet registers without waiting for them to start
+        # and write them (a port of 0: they choose one, and it waits for the dashboard
+        # agent to load, ~1.4 s more before the kernel can connect).
+        told = dict(arg.split("=", 1) for arg in raylet.cmdline() if "agent_port=" in arg
+                    or "agent-port=" in arg)  # fmt: skip
+        assert told.get("--metrics-agent-port", "0") != "0", told
+        assert told.get("--runtime_env_agent_port", "0") != "0", told
     finally:
         node.leave()
     assert gone(gcs, node.ports[0])

@@ -42,7 +42,7 @@ from ...spec import ClusterSpec, parse_quantity
 from ..base import ClusterEvent
 from .memory import object_store_bytes
 from .node import READY_TEXT, RESTART_MARK, node_ref
-from .ports import PortPicker
+from .ports import AGENT_PORTS, PortPicker
 from .processes import (
     CLUSTER_ENV,
     NODE_ENV,
@@ -58,14 +58,6 @@ from .tempdir import is_inside, private_temp_root
 
 log = logging.getLogger(__name__)
 STATE_FILE = "cluster.json"
-# Every port a node's agents would otherwise choose themselves (see ports.py), as
-# `ray start` names them.
-AGENT_PORTS = (
-    "dashboard-agent-grpc-port",
-    "dashboard-agent-listen-port",
-    "metrics-export-port",
-    "runtime-env-agent-port",
-)
 QUOTA_LOCK_TIMEOUT_S = 120.0  # a create starts every node under it: seconds, not minutes
 START_TRIES = 3  # attempts per node before it is reported dead (see node.py)
 _IP_LINE = re.compile(r"Local node IP: (\S+)")

@@ -1,4 +1,4 @@
-"""Ports for local nodes, chosen up front.
+"""Ports for local nodes and a kernel's own node in a pod (kernel/joined_node.py), chosen up front.
 
 A Ray node left to pick its agents' ports (port 0) makes its raylet wait for each agent
 to bind and write the port into the session folder, with a fixed 30 s limit; on a busy
@@ -19,6 +19,13 @@ import socket
 from collections.abc import Iterable
 
 RAY_WORKER_PORTS_END = 20000  # Ray's default worker ports end at 19999
+# Every port a node's agents would otherwise choose themselves, as `ray start` names them.
+AGENT_PORTS = (
+    "dashboard-agent-grpc-port",
+    "dashboard-agent-listen-port",
+    "metrics-export-port",
+    "runtime-env-agent-port",
+)
 _EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
 
 
