@@ -421,8 +421,25 @@ def disconnect() -> str | None:
 
             with contextlib.suppress(Exception):
                 client_connect.disconnect()  # type: ignore[no-untyped-call]
+    _stop_data_poller()
     if was is not None and was.node is not None:
         was.node.leave()  # after the driver: nothing of this kernel is left in the cluster
     if was:
         auth.forget_token()
     return was.cluster if was else None
+
+
+def _stop_data_poller() -> None:
+    """Ray Data's usage poller (a daemon thread from a dataset's first run until the
+    process exits) asks the cluster's Prometheus every 10 s, after `ray.shutdown` too:
+    for a cluster the kernel has left, and a poll at the interpreter's exit logs to a
+    closed stderr and aborts the process ("could not acquire lock for <stderr> at
+    interpreter shutdown", a notebook pod's kernel exiting Failed). Emptied, it polls
+    nothing; the next connection's first dataset starts one of its own."""
+    module: Any = sys.modules.get("ray.data._internal.usage.poller")
+    if module is None:
+        return
+    with module._poller_lock:
+        poller, module._poller = module._poller, None
+    if poller is not None:
+        poller._metrics = {}

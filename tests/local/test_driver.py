@@ -219,11 +219,22 @@ def test_a_module_written_after_up_reaches_the_workers_and_so_do_its_edits(
 
 def test_disconnect_and_connect_again(shell: InteractiveShell, up: str) -> None:
     import ray
+    from ray.data._internal.usage import poller
 
+    polling = poller.get_poller()  # Ray Data's, as a dataset's first run (above) starts it
+    assert polling._metrics
     out = run(shell, "disconnect")
     assert NAME in out
     assert connected_cluster() is None
     assert not ray.is_initialized()
+    # It no longer asks the cluster's Prometheus, which a poll as the kernel exits turned
+    # into an aborted process; the next connection's datasets get one of their own.
+    assert polling._metrics == {}
+    assert poller._poller is None
     out = run(shell, f"connect {NAME}")
     assert f"Connected this kernel to {NAME} as a Ray driver" in out
     assert ray.get(ray.put(41)) + 1 == 42
+    assert ray.data.range(10).sum("id") == 45
+    fresh = poller.get_poller()  # what this connection's datasets get
+    assert fresh is not polling
+    assert fresh._metrics
