@@ -213,7 +213,7 @@ def measure(
 
 def measure_claims(admin: Any, core: Any, ns: str, rounds: int) -> list[dict[str, float]]:
     """Each round: a standby for alice, Ready and waited on, claimed by a pod's `up`."""
-    from bench_kuberay_up import _wait_gone
+    from bench_kuberay_up import _wait_gone, ready_standby
     from processnodes import PROCESS_GPU_TYPE, process_profile
 
     from raylab.backends.kuberay.backend import KubeRayBackend
@@ -228,12 +228,7 @@ def measure_claims(admin: Any, core: Any, ns: str, rounds: int) -> list[dict[str
     spec = ClusterSpec.from_mapping({"gpus": 2, "workers": 2}, settings.profiles)
     found = []
     for i in range(rounds):
-        standby = ClusterService(backend, settings, "alice").create_standby(spec, time.time() + 900)
-        assert standby is not None, "no room in alice's quota for a standby"
-        deadline = time.monotonic() + 600
-        while (info := backend.get(standby.name)) is None or info.phase != "Ready":
-            assert time.monotonic() < deadline, f"standby not Ready: {info}"
-            time.sleep(0.5)
+        standby = ready_standby(ClusterService(backend, settings, "alice"), spec)
         time.sleep(SETTLE_S)
         try:
             result, log = _run_pod(core, ns, f"raylab-claim-{i}", [CLAIM])

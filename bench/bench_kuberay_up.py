@@ -257,6 +257,17 @@ def measure(plane: Any, work: Path) -> Runs:
     return Runs(ours, hand, latencies, claimed, at_once, costs)
 
 
+def ready_standby(service: Any, spec: Any) -> Any:
+    """A standby of `spec` for the service's user, once Ready (its ClusterInfo)."""
+    standby = service.create_standby(spec, time.time() + 900)
+    assert standby is not None, "no room in the quota for a standby"
+    deadline = time.monotonic() + 600
+    while (info := service.backend.get(standby.name)) is None or info.phase != "Ready":
+        assert time.monotonic() < deadline, f"standby not Ready: {info}"
+        time.sleep(0.5)
+    return standby
+
+
 def _claimed_up(
     backend: Any, settings: Any, env: dict[str, str], core: Any, namespace: str, i: int,
     settle: bool,
@@ -273,12 +284,7 @@ def _claimed_up(
     spec = ClusterSpec.from_mapping(
         {"name": f"standby-{i}", "gpus": 2, "workers": 2, "gpu_type": GPU_TYPE}, settings.profiles
     )
-    standby = ClusterService(backend, settings, "bench").create_standby(spec, time.time() + 900)
-    assert standby is not None, "no room in the quota for a standby"
-    deadline = time.monotonic() + 600
-    while (info := backend.get(standby.name)) is None or info.phase != "Ready":
-        assert time.monotonic() < deadline, f"standby not Ready: {info}"
-        time.sleep(0.5)
+    standby = ready_standby(ClusterService(backend, settings, "bench"), spec)
     cost = _waiting_cost(standby.name) if settle else {}
     took, proc = _connected_after([sys.executable, "-c", RAYLAB_CLAIM], env)
     _finish(proc)
