@@ -13,6 +13,7 @@ an error that does not say what to do; we compare before connecting.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import copy
 import logging
@@ -443,3 +444,8 @@ def _stop_data_poller() -> None:
         poller, module._poller = module._poller, None
     if poller is not None:
         poller._metrics = {}
+
+
+# A kernel shut down while connected (the usual end of a notebook) exits with the poller
+# too: emptied first, it cannot poll as the interpreter finalizes.
+atexit.register(_stop_data_poller)

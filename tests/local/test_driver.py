@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -217,11 +219,42 @@ def test_a_module_written_after_up_reaches_the_workers_and_so_do_its_edits(
     cell(shell, "%autoreload 0")
 
 
+# A kernel shut down while still connected, after a dataset ran: Ray Data's poller is
+# emptied as it exits (raylab's exit hook runs before this one, registered first), so it
+# cannot poll as the interpreter finalizes, which aborted a notebook pod's kernel.
+EXITING_KERNEL = f"""\
+import atexit
+from ray.data._internal.usage import poller
+atexit.register(lambda: print("AT EXIT", poller._poller, flush=True))
+from IPython.core.interactiveshell import InteractiveShell
+ip = InteractiveShell.instance()
+ip.run_line_magic("load_ext", "raylab")
+ip.run_line_magic("raycluster", "connect {NAME} --no-sync")
+import ray
+assert ray.data.range(10).sum("id") == 45
+print("POLLING", bool(poller._poller._metrics), flush=True)
+"""
+
+
+def test_a_kernel_that_exits_connected_stops_ray_datas_poller(up: str) -> None:
+    # Ray Data starts its poller only where Ray's usage stats are on (tests turn them off).
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="1")
+    done = subprocess.run([sys.executable, "-c", EXITING_KERNEL], capture_output=True,
+                          text=True, env=env, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert "POLLING True" in lines, done.stdout
+    assert lines[-1] == "AT EXIT None", done.stdout
+    assert "Fatal Python error" not in done.stderr
+
+
 def test_disconnect_and_connect_again(shell: InteractiveShell, up: str) -> None:
     import ray
     from ray.data._internal.usage import poller
 
-    polling = poller.get_poller()  # Ray Data's, as a dataset's first run (above) starts it
+    # Ray Data's, as a dataset's first run starts it where usage stats are on (tests turn
+    # them off, so this one starts it)
+    polling = poller.get_poller()
     assert polling._metrics
     out = run(shell, "disconnect")
     assert NAME in out
