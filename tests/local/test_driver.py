@@ -108,6 +108,25 @@ def test_the_worker_nodes_share_the_machines_cores_for_starting_workers(up: str)
     assert told == {"head": None, "worker-1": each, "worker-2": each}, told
 
 
+def test_a_workers_first_task_finds_it_ready(up: str) -> None:
+    """Each worker of a local cluster builds its serialization context (numpy, pyarrow,
+    pydantic: up to 1.6 s on two busy cores) before it takes work, not in its first task,
+    which a burst of small tasks waited for (worker_preload.py)."""
+    import uuid
+
+    import ray
+
+    @ray.remote
+    def context_built() -> bool:
+        from ray._private import worker
+
+        return bool(worker.global_worker.serialization_context_map)
+
+    # An environment of its own: a new worker process, whose first task this is.
+    fresh = context_built.options(runtime_env={"env_vars": {"PROBE": uuid.uuid4().hex}})
+    assert ray.get(fresh.remote()) is True
+
+
 def test_ray_data_runs(up: str) -> None:
     import ray
 
