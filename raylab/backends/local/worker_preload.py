@@ -19,7 +19,7 @@ def _prepare() -> None:
 
     # A head start only: where it fails, the first task builds it as before.
     with contextlib.suppress(Exception):
-        worker.global_worker.get_serialization_context()
+        worker.global_worker.get_serialization_context()  # type: ignore[no-untyped-call]
 
 
 _prepare()
