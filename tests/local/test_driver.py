@@ -239,8 +239,9 @@ def test_a_module_written_after_up_reaches_the_workers_and_so_do_its_edits(
 
 
 # A kernel shut down while still connected, after a dataset ran: Ray Data's poller is
-# emptied as it exits (raylab's exit hook runs before this one, registered first), so it
-# cannot poll as the interpreter finalizes, which aborted a notebook pod's kernel.
+# emptied as it exits, so it cannot poll as the interpreter finalizes, which aborted a
+# notebook pod's kernel. The check is registered before raylab loads: exit hooks run last
+# first, so it runs after raylab's.
 EXITING_KERNEL = f"""\
 import atexit
 from ray.data._internal.usage import poller
@@ -272,7 +273,7 @@ def test_disconnect_and_connect_again(shell: InteractiveShell, up: str) -> None:
     from ray.data._internal.usage import poller
 
     # Ray Data's, as a dataset's first run starts it where usage stats are on (tests turn
-    # them off, so this one starts it)
+    # them off, so this call starts it).
     polling = poller.get_poller()
     assert polling._metrics
     out = run(shell, "disconnect")
