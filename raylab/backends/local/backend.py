@@ -582,9 +582,8 @@ class LocalBackend:
             *order,
             "--",
         ]
-        # Every process of the node inherits these: which cluster and which node it is,
-        # and what its workers prepare before they take work.
-        env = {**env, CLUSTER_ENV: name, NODE_ENV: label, PRELOAD_ENV: preload_modules()}
+        # Every process of the node inherits these: which cluster and which node it is.
+        env = {**env, CLUSTER_ENV: name, NODE_ENV: label}
         # Each node gets a temp dir of its own: Ray names a node's sockets by probing for
         # a free name in the session's folder, which races when two nodes of one host
         # start at once ("bind: Address already in use"). A short path keeps the socket
@@ -708,18 +707,6 @@ def _find_ray() -> str:
 
 # Ray's own setting (ray_config_def.h), read by each raylet at its start.
 STARTUP_CONCURRENCY_ENV = "RAY_worker_maximum_startup_concurrency"
-
-
-# Ray's own setting too: modules each worker imports before it takes work.
-PRELOAD_ENV = "RAY_preload_python_modules"
-PRELOAD_MODULE = "raylab.backends.local.worker_preload"
-
-
-def preload_modules() -> str:
-    """The user's own preloads (from the environment), then raylab's (worker_preload.py):
-    a local cluster's workers run in this environment, so they can import raylab."""
-    own = [m.strip() for m in os.environ.get(PRELOAD_ENV, "").split(",") if m.strip()]
-    return ",".join([*own, PRELOAD_MODULE] if PRELOAD_MODULE not in own else own)
 
 
 def startup_concurrency(worker_nodes: int) -> int:

@@ -9,6 +9,9 @@ first task.
 Ray's CLI adds those groups in `try` blocks and goes on without a group whose import
 fails; this makes them fail (None in sys.modules), and runs Ray's own `start` command.
 
+Its nodes' workers run worker_main.py, which loads what a worker's first task would before
+Ray's worker registers (`ray start` has no option for it; Ray's RayParams has).
+
 Where its supervisor says so (node.py, `--after`), it starts the node once another node
 (the head) is up, after loading Ray: that load overlaps the head's start.
 """
@@ -18,12 +21,16 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from pathlib import Path
+from typing import Any
 
 from .node import AFTER_ENV, never_up, wait_for
 
 MODULE = "raylab.backends.local.ray_start"
 # The command groups `ray start` never uses (ray/scripts/scripts.py, at its end).
 UNUSED_GROUPS = ("ray.serve.scripts", "ray.dashboard.modules.job.cli", "ray.util.state.state_cli")
+# The program the node's raylet starts for each worker process (run by its path).
+WORKER_MAIN = str(Path(__file__).with_name("worker_main.py"))
 
 
 def quick_ray_start() -> list[str] | None:
@@ -38,12 +45,26 @@ def main(args: list[str]) -> int:
         sys.modules[name] = None  # type: ignore[assignment]  # an import that fails
     from ray.scripts.scripts import cli
 
+    _start_workers_with(WORKER_MAIN)
     after = os.environ.pop(AFTER_ENV, "")  # not for the processes Ray starts
     if after and not wait_for(after):
         return never_up()
     # The whole `ray` group, as the `ray` command runs it (its logging options included).
     cli.main(args=["start", *args], prog_name="ray")
     return 0  # click exits on its own
+
+
+def _start_workers_with(program: str) -> None:
+    """Make the node `ray start` builds start its workers with `program` (Ray's RayParams
+    takes it as `worker_path`; the node falls back to Ray's default_worker.py without)."""
+    from ray._private import parameter
+
+    class RayParams(parameter.RayParams):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("worker_path", program)
+            super().__init__(*args, **kwargs)
+
+    parameter.RayParams = RayParams  # type: ignore[misc]  # `ray start` looks it up at its call
 
 
 if __name__ == "__main__":
