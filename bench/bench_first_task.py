@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
 
 from bench_up import BY_HAND, figures
 from report import Figure, emit, median, reported
@@ -60,8 +61,9 @@ print("BURST", burst)
 # as a user's server makes one when it starts; then what the standby cost while it waited:
 # the resident memory of all its processes (its reaper's too) and their CPU over 5 s.
 CLAIMED = (
+    f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})  # processes.py\n"
     """
-import time, psutil
+import time
 from raylab.config import Settings
 from raylab.backends.local.backend import LocalBackend
 from raylab.identity import current_user
@@ -76,25 +78,15 @@ while (info := service.get(standby.name)).phase != "Ready":
     assert info.phase == "Starting", info.reason
     time.sleep(0.2)
 
-def its_processes():
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            env = proc.environ()
-            cmd = proc.cmdline()
-        except psutil.Error:
-            continue
-        reaper = standby.name in cmd and "raylab.backends.local.standby_reaper" in cmd
-        if env.get("RAYLAB_CLUSTER") == standby.name or reaper:
-            found.append(proc)
-    return found
+from processes import marked, memory_mib
 
 time.sleep(5)  # settled, as a standby waits
-procs = its_processes()
+reaper = "raylab.backends.local.standby_reaper"
+procs = marked("RAYLAB_CLUSTER", standby.name, lambda cmd: standby.name in cmd and reaper in cmd)
 cpu0 = sum(sum(p.cpu_times()[:2]) for p in procs)
 time.sleep(5)
 cpu1 = sum(sum(p.cpu_times()[:2]) for p in procs if p.is_running())
-print("RSS_MIB", sum(p.memory_info().rss for p in procs if p.is_running()) / 2**20)
+print("RSS_MIB %s\nPSS_MIB %s" % memory_mib(procs))
 print("CPU_PCT", (cpu1 - cpu0) / 5 * 100)
 print("PROCS", len(procs))
 
@@ -164,6 +156,7 @@ def run(rounds: int = 3) -> list[Figure]:
     first, first_raw = [s["ELAPSED"] for s in ours], [s["ELAPSED"] for s in raw]
     first_claimed = [s["ELAPSED"] for s in claimed]
     rss, cpu = [s["RSS_MIB"] for s in claimed], [s["CPU_PCT"] for s in claimed]
+    pss = [s["PSS_MIB"] for s in claimed]
     burst, burst_raw = [s["BURST"] for s in ours], [s["BURST"] for s in raw]
     spread = max(burst) / median(burst)
     return [
@@ -192,6 +185,7 @@ def run(rounds: int = 3) -> list[Figure]:
         reported(
             "a waiting standby (head + 2 workers + reaper): resident memory (median)", rss, "MiB"
         ),
+        reported("a waiting standby: its proportional share of memory, PSS (median)", pss, "MiB"),
         reported("a waiting standby: CPU of its processes over 5 s (median)", cpu, "% of a core"),
         Figure(
             name="the first 200 small tasks (median)",

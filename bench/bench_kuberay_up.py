@@ -297,28 +297,19 @@ def _claimed_up(
 
 
 def _waiting_cost(name: str) -> dict[str, float]:
-    """A waiting standby's pods (every process KubeRay's RAY_CLUSTER_NAME marks as its):
-    resident memory, and CPU over 5 s, after 5 s to settle."""
-    import psutil
-
-    def its_processes() -> list[Any]:
-        found = []
-        for proc in psutil.process_iter():
-            try:
-                if proc.environ().get("RAY_CLUSTER_NAME") == name:
-                    found.append(proc)
-            except psutil.Error:
-                continue
-        return found
+    """A waiting standby's pods (every process KubeRay's RAY_CLUSTER_NAME marks as its, and
+    their children): resident memory, and CPU over 5 s, after 5 s to settle."""
+    from processes import marked, memory_mib
 
     time.sleep(5)
-    procs = its_processes()
+    procs = marked("RAY_CLUSTER_NAME", name)
     cpu0 = sum(sum(p.cpu_times()[:2]) for p in procs)
     time.sleep(5)
     alive = [p for p in procs if p.is_running()]
     cpu1 = sum(sum(p.cpu_times()[:2]) for p in alive)
-    rss = sum(p.memory_info().rss for p in alive) / 2**20
-    return {"rss_mib": rss, "cpu_pct": (cpu1 - cpu0) / 5 * 100, "processes": len(alive)}
+    rss, pss = memory_mib(alive)
+    cpu_pct = (cpu1 - cpu0) / 5 * 100
+    return {"rss_mib": rss, "pss_mib": pss, "cpu_pct": cpu_pct, "processes": len(alive)}
 
 
 def run() -> list[Figure]:
@@ -340,6 +331,7 @@ def run() -> list[Figure]:
         runs = measure(plane, Path(tmp))
     ours, hand, latencies, claimed = runs.ours, runs.hand, runs.latencies, runs.claimed
     rss = [c["rss_mib"] for c in runs.costs]
+    pss = [c["pss_mib"] for c in runs.costs]
     cpu = [c["cpu_pct"] for c in runs.costs]
     return [
         Figure(
@@ -368,6 +360,7 @@ def run() -> list[Figure]:
         reported(
             "a waiting standby's pods (head + 2 workers): resident memory (median)", rss, "MiB"
         ),
+        reported("a waiting standby's pods: their share of memory, PSS (median)", pss, "MiB"),
         reported("a waiting standby's pods: CPU over 5 s (median)", cpu, "% of a core"),
         Figure(
             name="head pod Ready -> raylab event, p95",

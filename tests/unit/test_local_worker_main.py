@@ -1,14 +1,17 @@
-"""A local cluster's workers run worker_main.py: Ray's default_worker.py, once what a
-worker's first task would load is loaded (tests/local/test_driver.py drives it in a
-cluster)."""
+"""A local cluster's workers start with worker_setup.py (their runtime env applied as Ray's
+setup_worker.py applies it, without importing Ray), then run worker_main.py (Ray's
+default_worker.py, once what a worker's first task would load is loaded).
+tests/local/test_driver.py and test_runtime_env.py drive both in a cluster."""
 
 from __future__ import annotations
 
+import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
-from raylab.backends.local.ray_start import WORKER_MAIN
+from raylab.backends.local.ray_start import WORKER_MAIN, WORKER_SETUP
 
 SCRIPT = """
 import sys
@@ -51,11 +54,67 @@ def test_the_launchers_nodes_start_their_workers_with_it() -> None:
     probe = (
         "from raylab.backends.local import ray_start\n"
         "from ray._private import parameter\n"
-        "ray_start._start_workers_with(ray_start.WORKER_MAIN)\n"
-        "print(parameter.RayParams().worker_path)\n"
+        "ray_start._start_workers_with(ray_start.WORKER_SETUP, ray_start.WORKER_MAIN)\n"
+        "print(parameter.RayParams().setup_worker_path, parameter.RayParams().worker_path)\n"
         "print(parameter.RayParams(worker_path='/own.py').worker_path)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
     )
-    assert done.stdout.split() == [WORKER_MAIN, "/own.py"], done.stderr
+    assert done.stdout.split() == [WORKER_SETUP, WORKER_MAIN, "/own.py"], done.stderr
+
+
+SHOW = """
+import os, sys
+print("CWD", os.getcwd())
+print("ARGV", sys.argv[1:])
+print("EXE", sys.executable)
+print("VARS", os.environ.get("A_VAR"), os.environ.get("B_VAR"), os.environ.get("C_VAR"))
+"""
+
+
+def setup(tmp_path: Path, context: dict[str, object], *args: str) -> str:
+    script = tmp_path / "show.py"
+    script.write_text(SHOW)
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/home/someone"}
+    done = subprocess.run(
+        [sys.executable, WORKER_SETUP, str(script), *args, "--language=PYTHON",
+         f"--serialized-runtime-env-context={json.dumps(context)}"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_the_set_up_applies_the_runtime_env_as_rays_does(tmp_path: Path) -> None:
+    """Its variables (`${X}` from the environment, an unknown one empty), its command
+    prefix (working_dir's `cd DIR &&`), its Python; the worker's own arguments as given,
+    quotes and spaces included."""
+    work = tmp_path / "a dir"
+    work.mkdir()
+    context = {
+        "env_vars": {"A_VAR": "${HOME}/x", "B_VAR": "${NOT_SET}y", "C_VAR": "it's"},
+        "command_prefix": ["cd", shlex.quote(str(work)), "&&"],
+        "py_executable": sys.executable,
+    }
+    out = setup(tmp_path, context, "--flag=a b", "--quote='q'")
+    assert f"CWD {work}" in out
+    assert "ARGV ['--flag=a b', \"--quote='q'\"]" in out
+    assert f"EXE {sys.executable}" in out
+    assert "VARS /home/someone/x y it's" in out
+
+
+def test_an_empty_context_runs_the_worker_with_this_python(tmp_path: Path) -> None:
+    out = setup(tmp_path, {})
+    assert f"EXE {sys.executable}" in out
+    assert "VARS None None None" in out
+
+
+def test_a_worker_of_another_language_is_handed_to_rays_own_set_up() -> None:
+    """Ray's setup_worker.py execs a C++ worker's command as given."""
+    done = subprocess.run(
+        [sys.executable, WORKER_SETUP, "/bin/echo", "handed over", "--language=CPP",
+         "--serialized-runtime-env-context={}"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.stdout == "handed over\n", done.stderr
