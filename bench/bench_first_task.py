@@ -86,7 +86,9 @@ procs = marked("RAYLAB_CLUSTER", standby.name, lambda cmd: standby.name in cmd a
 cpu0 = sum(sum(p.cpu_times()[:2]) for p in procs)
 time.sleep(5)
 cpu1 = sum(sum(p.cpu_times()[:2]) for p in procs if p.is_running())
-print("RSS_MIB %s\nPSS_MIB %s" % memory_mib(procs))
+rss, pss = memory_mib(procs)
+print("RSS_MIB", rss)
+print("PSS_MIB", pss)
 print("CPU_PCT", (cpu1 - cpu0) / 5 * 100)
 print("PROCS", len(procs))
 
