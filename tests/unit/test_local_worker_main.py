@@ -118,3 +118,15 @@ def test_a_worker_of_another_language_is_handed_to_rays_own_set_up() -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.stdout == "handed over\n", done.stderr
+
+
+def test_a_runtime_env_it_does_not_know_is_handed_to_rays_own_set_up(tmp_path: Path) -> None:
+    """A context with a field this Ray's RuntimeEnvContext lacks (a later Ray's): Ray's
+    own set-up reads it, here refusing it, instead of the field being ignored."""
+    done = subprocess.run(
+        [sys.executable, WORKER_SETUP, "/bin/echo", "ran", "--language=PYTHON",
+         '--serialized-runtime-env-context={"a_later_field": 1}'],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert "ran" not in done.stdout
+    assert "unexpected keyword argument 'a_later_field'" in done.stderr

@@ -7,7 +7,8 @@ Ray's setup_worker.py imports Ray (0.45 s of CPU on an idle core) only to read t
 env's JSON and exec a shell, whose worker then imports Ray again. A local cluster starts
 its workers on the laptop's few cores, beside everything else a starting cluster runs, and
 a notebook's first GPU task waits for one. This does the same for Python workers with the
-standard library alone, and hands any other language to Ray's own.
+standard library alone, and hands any other language, or a runtime env it does not know,
+to Ray's own.
 
 The raylet runs this file by its path (ray_start.py names it as the nodes' worker set-up),
 so it imports nothing of raylab.
@@ -19,11 +20,15 @@ import os
 import re
 import shlex
 import sys
+from typing import Any
+
+# What RuntimeEnvContext holds in the Ray this was written against (2.60); a context with
+# more is Ray's to read.
+FIELDS = {"command_prefix", "env_vars", "py_executable", "override_worker_entrypoint", "java_jars"}
 
 
-def exec_python_worker(context_json: str, passthrough: list[str]) -> None:
+def exec_python_worker(context: dict[str, Any], passthrough: list[str]) -> None:
     """RuntimeEnvContext.exec_worker for a Python worker (ray/_private/runtime_env/context.py)."""
-    context = json.loads(context_json or "{}")
     for key, value in (context.get("env_vars") or {}).items():
         # Ray's update_envs: ${X} from this environment, an unknown one empty.
         os.environ[key] = re.sub(r"\$\{[A-Z0-9_]+\}", "", os.path.expandvars(value))
@@ -43,10 +48,11 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--serialized-runtime-env-context", type=str)
     parser.add_argument("--language", type=str)
     known, passthrough = parser.parse_known_args(argv)
-    if known.language != "PYTHON" or sys.platform == "win32":
+    context = json.loads(known.serialized_runtime_env_context or "{}")
+    if known.language != "PYTHON" or sys.platform == "win32" or not set(context) <= FIELDS:
         ray_setup = os.path.join(ray_workers_dir(), "setup_worker.py")
         os.execv(sys.executable, [sys.executable, ray_setup, *argv])
-    exec_python_worker(known.serialized_runtime_env_context, passthrough)
+    exec_python_worker(context, passthrough)
 
 
 def ray_workers_dir() -> str:
