@@ -59,7 +59,8 @@ print("BURST", burst)
 
 # The same `up`, claiming a standby of its shape made (and Ready) before the clock starts,
 # as a user's server makes one when it starts; then what the standby cost while it waited:
-# the resident memory of all its processes (its reaper's too) and their CPU over 5 s.
+# the memory of all its processes (its reaper's and every child's too: RSS summed, and
+# PSS) and their CPU over 5 s.
 CLAIMED = (
     f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})  # processes.py\n"
     """

@@ -73,15 +73,22 @@ print("VARS", os.environ.get("A_VAR"), os.environ.get("B_VAR"), os.environ.get("
 """
 
 
+def set_up(
+    *args: str, language: str = "PYTHON", context: str = "{}", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The set-up as the raylet runs it: the worker's command, then Ray's two options."""
+    return subprocess.run(
+        [sys.executable, WORKER_SETUP, *args, f"--language={language}",
+         f"--serialized-runtime-env-context={context}"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+
+
 def setup(tmp_path: Path, context: dict[str, object], *args: str) -> str:
     script = tmp_path / "show.py"
     script.write_text(SHOW)
     env = {"PATH": "/usr/bin:/bin", "HOME": "/home/someone"}
-    done = subprocess.run(
-        [sys.executable, WORKER_SETUP, str(script), *args, "--language=PYTHON",
-         f"--serialized-runtime-env-context={json.dumps(context)}"],
-        capture_output=True, text=True, timeout=60, env=env,
-    )  # fmt: skip
+    done = set_up(str(script), *args, context=json.dumps(context), env=env)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -112,21 +119,13 @@ def test_an_empty_context_runs_the_worker_with_this_python(tmp_path: Path) -> No
 
 def test_a_worker_of_another_language_is_handed_to_rays_own_set_up() -> None:
     """Ray's setup_worker.py execs a C++ worker's command as given."""
-    done = subprocess.run(
-        [sys.executable, WORKER_SETUP, "/bin/echo", "handed over", "--language=CPP",
-         "--serialized-runtime-env-context={}"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    done = set_up("/bin/echo", "handed over", language="CPP")
     assert done.stdout == "handed over\n", done.stderr
 
 
-def test_a_runtime_env_it_does_not_know_is_handed_to_rays_own_set_up(tmp_path: Path) -> None:
+def test_a_runtime_env_it_does_not_know_is_handed_to_rays_own_set_up() -> None:
     """A context with a field this Ray's RuntimeEnvContext lacks (a later Ray's): Ray's
     own set-up reads it, here refusing it, instead of the field being ignored."""
-    done = subprocess.run(
-        [sys.executable, WORKER_SETUP, "/bin/echo", "ran", "--language=PYTHON",
-         '--serialized-runtime-env-context={"a_later_field": 1}'],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    done = set_up("/bin/echo", "ran", context='{"a_later_field": 1}')
     assert "ran" not in done.stdout
     assert "unexpected keyword argument 'a_later_field'" in done.stderr
