@@ -556,9 +556,12 @@ class Commands:
         return drift.KernelSide(self.cells())
 
     def _drift(self, kernel_side: drift.KernelSide) -> None:
+        from ..kernel import warm_workers
         from ..sync import drift
 
-        for warning in drift.check(kernel_side):
+        with warm_workers.own_work():  # its task is not the user's work starting
+            warnings = drift.check(kernel_side)
+        for warning in warnings:
             self.out.warn(warning)
 
     def _client_limits(self) -> None:

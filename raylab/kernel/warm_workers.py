@@ -14,18 +14,23 @@ reverse, so warming with tasks (as raylab did first) left a claimed standby's bu
 small tasks waiting for new workers behind the first GPU task's. It also holds no CPU or
 GPU while it waits: nothing queues in front of the user's tasks.
 
-They go out at once, as Ray's own for the driver's node do: a first task that comes
-while they still start takes whichever worker of the job registers first on its node,
-theirs or the one Ray starts for it, so it waits no longer than it would have. (Warming
-with tasks went out only between cells, as their tasks held the GPUs a first task needed.)
+They go out GRACE_S after connecting, and only while the user's code has started no work
+on the cluster: work that comes at once (the rest of the cell that connected, or "Run All")
+makes Ray start its workers itself, and a prestart beside it only started a second
+process per node on the same cores, which slowed that work (a burst of 200 tasks right
+after connecting in a notebook pod, on the test machine's two cores: 1.5 s against
+0.95 s by hand, 0.9 to 1.2 s without the prestart; docs/benchmarks.md, `incluster`).
+A cell typed after connecting finds them started. (Warming with tasks went out only
+between cells, as their tasks held the GPUs a first task needed.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 # At most this many workers per node: a 64-CPU node would otherwise start 64 processes
@@ -42,6 +47,8 @@ POLL_S = 0.5
 KEEP_ALIVE_S = 60
 # How long a node's raylet may take to answer the call.
 CALL_S = 5.0
+# How long after connecting the first prestart waits for work that comes at once.
+GRACE_S = 1.0
 # How long a disconnect waits for the thread's Ray call in progress (one poll, normally).
 JOIN_S = 10.0
 # At most this many in all (a local cluster: the machine's cores, see connect.py).
@@ -54,6 +61,7 @@ log = logging.getLogger("raylab")
 
 _lock = threading.Lock()
 _running: tuple[threading.Thread, threading.Event] | None = None
+_own = 0  # raylab's own calls to the cluster in progress (own_work)
 
 
 def start(workers: int, limit: int) -> threading.Thread:
@@ -107,12 +115,18 @@ def _warm(workers: int, limit: int, done: threading.Event) -> None:
         import ray
 
         start_on = _prestarter()
+        working = work_started()
         # Ray prestarts workers on the driver's own node itself.
         driver_node = ray.get_runtime_context().get_node_id()
         share = max(1, limit // max(workers, 1))
         deadline = time.monotonic() + WAIT_S
         planned: set[str] = set()  # every node is planned once, when first seen
+        if done.wait(GRACE_S):
+            return
         while True:
+            if working():
+                log.debug("warming workers stopped: the user's work has started")
+                return
             nodes = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
             new = [n for n in nodes if n["NodeID"] not in planned]
             by_id = {n["NodeID"]: n for n in new}
@@ -128,6 +142,41 @@ def _warm(workers: int, limit: int, done: threading.Event) -> None:
                 return
     except Exception as exc:  # the cluster went away meanwhile: warming is best effort
         log.debug("warming workers stopped: %s", exc)
+
+
+@contextlib.contextmanager
+def own_work() -> Iterator[None]:
+    """raylab's own call to the cluster (the drift check's task, at the end of `up`):
+    the references it makes are not the user's work starting."""
+    global _own
+    with _lock:
+        _own += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _own -= 1
+
+
+def work_started() -> Callable[[], bool]:
+    """Whether this driver has started work of the user's since now: it holds object
+    references it did not hold (each task it submits, each `ray.put`, makes one;
+    raylab's first task has ended by now, and own_work's are left out). A task that
+    already ended and was let go is not seen: its workers are up, and a prestart then
+    only adds idle ones."""
+    from ray._private import worker
+
+    core: Any = worker.global_worker.core_worker  # type: ignore[attr-defined]
+    held = set(core.get_all_reference_counts())
+
+    def working() -> bool:
+        now = set(core.get_all_reference_counts())
+        if _own:
+            held.update(now)
+            return False
+        return not now <= held
+
+    return working
 
 
 def _prestarter() -> Callable[[dict[str, Any], int], None]:

@@ -92,6 +92,27 @@ def test_workers_are_started_before_the_first_task(up: str) -> None:
     assert set(ray.get([pid.remote(), pid.remote()])) == warm
 
 
+def test_the_warm_up_gives_way_to_the_users_own_work(up: str) -> None:
+    """The warm-up stops once the kernel has started work of its own (a task, a put):
+    Ray starts that work's workers itself, and a prestart beside them started a second
+    process per node on the same cores. raylab's own calls (the drift check's task at the
+    end of `up`) are not the user's work."""
+    import ray
+
+    from raylab.kernel import warm_workers
+
+    working = warm_workers.work_started()
+    assert not working()
+    with warm_workers.own_work():
+        raylabs = ray.put(b"raylab's own")
+        assert not working()
+    assert not working()
+    users = ray.put(b"the user's")
+    assert working()
+    del raylabs, users
+    assert not working()
+
+
 def test_the_worker_nodes_share_the_machines_cores_for_starting_workers(up: str) -> None:
     """Each worker node's raylet may start cores / nodes worker processes at once, not
     Ray's default of the machine's cores each: more Python processes starting at once than
