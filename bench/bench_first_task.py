@@ -79,19 +79,13 @@ while (info := service.get(standby.name)).phase != "Ready":
     assert info.phase == "Starting", info.reason
     time.sleep(0.2)
 
-from processes import marked, memory_mib
+from processes import marked, waiting_cost
 
 time.sleep(5)  # settled, as a standby waits
 reaper = "raylab.backends.local.standby_reaper"
 procs = marked("RAYLAB_CLUSTER", standby.name, lambda cmd: standby.name in cmd and reaper in cmd)
-cpu0 = sum(sum(p.cpu_times()[:2]) for p in procs)
-time.sleep(5)
-cpu1 = sum(sum(p.cpu_times()[:2]) for p in procs if p.is_running())
-rss, pss = memory_mib(procs)
-print("RSS_MIB", rss)
-print("PSS_MIB", pss)
-print("CPU_PCT", (cpu1 - cpu0) / 5 * 100)
-print("PROCS", len(procs))
+for key, value in waiting_cost(procs).items():
+    print(key.upper(), value)
 
 from IPython.core.interactiveshell import InteractiveShell
 ip = InteractiveShell.instance()

@@ -299,17 +299,10 @@ def _claimed_up(
 def _waiting_cost(name: str) -> dict[str, float]:
     """A waiting standby's pods (every process KubeRay's RAY_CLUSTER_NAME marks as its, and
     their children): resident memory, and CPU over 5 s, after 5 s to settle."""
-    from processes import marked, memory_mib
+    from processes import marked, waiting_cost
 
     time.sleep(5)
-    procs = marked("RAY_CLUSTER_NAME", name)
-    cpu0 = sum(sum(p.cpu_times()[:2]) for p in procs)
-    time.sleep(5)
-    alive = [p for p in procs if p.is_running()]
-    cpu1 = sum(sum(p.cpu_times()[:2]) for p in alive)
-    rss, pss = memory_mib(alive)
-    cpu_pct = (cpu1 - cpu0) / 5 * 100
-    return {"rss_mib": rss, "pss_mib": pss, "cpu_pct": cpu_pct, "processes": len(alive)}
+    return waiting_cost(marked("RAY_CLUSTER_NAME", name))
 
 
 def run() -> list[Figure]:

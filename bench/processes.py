@@ -3,6 +3,7 @@ standby costs."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import psutil
@@ -36,3 +37,15 @@ def memory_mib(procs: list[psutil.Process]) -> tuple[float, float]:
             continue
         rss, pss = rss + info.rss, pss + info.pss
     return rss / 2**20, pss / 2**20
+
+
+def waiting_cost(procs: list[psutil.Process], over_s: float = 5.0) -> dict[str, float]:
+    """What `procs` hold while they wait: their memory (memory_mib) and their CPU over
+    `over_s`, in % of a core, counting those still running at its end."""
+    cpu0 = sum(sum(p.cpu_times()[:2]) for p in procs)
+    time.sleep(over_s)
+    alive = [p for p in procs if p.is_running()]
+    cpu1 = sum(sum(p.cpu_times()[:2]) for p in alive)
+    rss, pss = memory_mib(alive)
+    return {"rss_mib": rss, "pss_mib": pss, "cpu_pct": (cpu1 - cpu0) / over_s * 100,
+            "processes": len(alive)}  # fmt: skip

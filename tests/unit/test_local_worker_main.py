@@ -84,7 +84,8 @@ def set_up(
     )  # fmt: skip
 
 
-def setup(tmp_path: Path, context: dict[str, object], *args: str) -> str:
+def shown(tmp_path: Path, context: dict[str, object], *args: str) -> str:
+    """What SHOW prints, run as a worker through the set-up with `context`."""
     script = tmp_path / "show.py"
     script.write_text(SHOW)
     env = {"PATH": "/usr/bin:/bin", "HOME": "/home/someone"}
@@ -104,7 +105,7 @@ def test_the_set_up_applies_the_runtime_env_as_rays_does(tmp_path: Path) -> None
         "command_prefix": ["cd", shlex.quote(str(work)), "&&"],
         "py_executable": sys.executable,
     }
-    out = setup(tmp_path, context, "--flag=a b", "--quote='q'")
+    out = shown(tmp_path, context, "--flag=a b", "--quote='q'")
     assert f"CWD {work}" in out
     assert "ARGV ['--flag=a b', \"--quote='q'\"]" in out
     assert f"EXE {sys.executable}" in out
@@ -112,7 +113,7 @@ def test_the_set_up_applies_the_runtime_env_as_rays_does(tmp_path: Path) -> None
 
 
 def test_an_empty_context_runs_the_worker_with_this_python(tmp_path: Path) -> None:
-    out = setup(tmp_path, {})
+    out = shown(tmp_path, {})
     assert f"EXE {sys.executable}" in out
     assert "VARS None None None" in out
 
